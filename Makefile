@@ -1,0 +1,61 @@
+# Every target runs from a fresh clone with only Go installed; tests and the
+# demo start their own throwaway PostgreSQL (see README).
+SHELL := /bin/bash
+GO    ?= go
+SQLC  := $(GO) tool -modfile=tools/go.mod sqlc
+STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
+FUZZTIME ?= 10s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: generate
+generate: ## Regenerate db/ from schema/ and queries/ with the pinned sqlc
+	$(SQLC) generate
+
+.PHONY: check-generated
+check-generated: ## Fail when a query does not compile or db/ differs from what sqlc writes
+	$(SQLC) compile
+	$(SQLC) diff
+
+.PHONY: build
+build: ## Build every package and the runledger command
+	$(GO) build ./...
+
+.PHONY: test
+test: ## Run every test with the race detector against real PostgreSQL
+	$(GO) test -race -count=1 ./...
+
+.PHONY: test-short
+test-short: ## Run the tests, skipping the long reliability runs
+	$(GO) test -race -count=1 -short ./...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$target"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+.PHONY: lint
+lint: ## go vet plus the pinned staticcheck
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+.PHONY: bench
+bench: ## Go benchmarks, then runledger bench against pgbench
+	$(GO) test -run '^$$' -bench . -benchmem ./replay/
+	$(GO) run ./cmd/runledger bench --compare-pgbench
+
+.PHONY: demo
+demo: ## Run the demo on a throwaway local PostgreSQL
+	$(GO) run ./cmd/runledger demo
+
+.PHONY: install
+install: ## Install the runledger command into GOBIN
+	$(GO) install ./cmd/runledger

@@ -1,0 +1,29 @@
+-- JobEventListForJob returns a job's events in the order they happened
+-- (run, then id), only when the job is in the caller's scope. No lock.
+-- name: JobEventListForJob :many
+SELECT sqlc.embed(job_events)
+FROM job_events
+JOIN job_queue ON job_queue.id = job_events.job_id
+WHERE job_events.job_id = @job_id
+  AND job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+ORDER BY job_events.run_number, job_events.id;
+
+-- JobEventListNewest returns a job's newest @max_events events, newest
+-- first, only when the job is in the caller's scope. No lock.
+-- name: JobEventListNewest :many
+SELECT sqlc.embed(job_events)
+FROM job_events
+JOIN job_queue ON job_queue.id = job_events.job_id
+WHERE job_events.job_id = @job_id
+  AND job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+ORDER BY job_events.id DESC
+LIMIT @max_events;
+
+-- JobEventListRecentByType returns the newest events of one type since a
+-- time, across scopes (operators only). No lock.
+-- name: JobEventListRecentByType :many
+SELECT * FROM job_events
+WHERE event_type = @event_type
+  AND occurred_at >= @since
+ORDER BY occurred_at DESC
+LIMIT @max_events;

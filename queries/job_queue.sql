@@ -1,0 +1,334 @@
+-- JobEnqueue inserts a job and its ENQUEUED event in one statement. The
+-- job type's definition must exist and be enabled; it is read FOR SHARE, so
+-- a definition change waits for this transaction. A NULL setting takes the
+-- definition's default; a NULL next_run_at means now() (stage queued; a
+-- future time gives stage scheduled). For a keyed job (idempotency_key set,
+-- with its canonical enqueue_request) an existing job with the same type,
+-- scope and key makes this insert nothing (ON CONFLICT DO NOTHING, which
+-- waits for an uncommitted competitor first). No row comes back when the
+-- definition is missing or disabled or the key is taken; nothing is written
+-- then.
+-- name: JobEnqueue :one
+WITH definition AS (
+    SELECT job_type, default_priority, max_attempts, default_timeout_seconds
+    FROM job_definitions
+    WHERE job_definitions.job_type = @job_type AND job_definitions.is_enabled
+    FOR SHARE
+),
+inserted AS (
+    INSERT INTO job_queue (
+        id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+        next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key
+    )
+    SELECT @id,
+           d.job_type,
+           sqlc.narg(organization_id)::uuid,
+           @payload::jsonb,
+           COALESCE(sqlc.narg(priority)::int, d.default_priority),
+           COALESCE(sqlc.narg(max_attempts)::int, d.max_attempts),
+           COALESCE(sqlc.narg(timeout_seconds)::int, d.default_timeout_seconds),
+           COALESCE(sqlc.narg(next_run_at)::timestamptz, now()),
+           CASE WHEN sqlc.narg(next_run_at)::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+           sqlc.narg(idempotency_key)::text,
+           sqlc.narg(enqueue_request)::jsonb,
+           sqlc.narg(execution_resource_key)::text
+    FROM definition d
+    ON CONFLICT DO NOTHING
+    RETURNING *
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
+    SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
+    FROM inserted
+)
+SELECT * FROM inserted;
+
+-- JobLockByIdempotencyKeyGlobal finds the global-scope job holding a key
+-- and locks it FOR NO KEY UPDATE (the status reported to the caller stays
+-- true until the transaction ends; NO KEY UPDATE so later foreign-key
+-- checks on the row cannot deadlock against it). same_request tells
+-- whether the stored request snapshot equals the given one (jsonb
+-- equality, so key order and spacing do not matter).
+-- name: JobLockByIdempotencyKeyGlobal :one
+SELECT sqlc.embed(job_queue),
+       (enqueue_request = @enqueue_request::jsonb)::bool AS same_request
+FROM job_queue
+WHERE job_type = @job_type
+  AND organization_id IS NULL
+  AND idempotency_key = @idempotency_key
+FOR NO KEY UPDATE;
+
+-- JobLockByIdempotencyKeyOrg is JobLockByIdempotencyKeyGlobal for one
+-- organization's scope (a separate statement so each matches its partial
+-- unique index).
+-- name: JobLockByIdempotencyKeyOrg :one
+SELECT sqlc.embed(job_queue),
+       (enqueue_request = @enqueue_request::jsonb)::bool AS same_request
+FROM job_queue
+WHERE job_type = @job_type
+  AND organization_id = @organization_id
+  AND idempotency_key = @idempotency_key
+FOR NO KEY UPDATE;
+
+-- JobGet reads one job in the caller's exact scope (null-safe: the global
+-- scope sees only jobs without an organization). No lock.
+-- name: JobGet :one
+SELECT * FROM job_queue
+WHERE id = @id
+  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+
+-- JobGetAnyScope reads one job whatever its scope, for worker-side
+-- operations that identify a job by its lease rather than by tenant. No
+-- lock.
+-- name: JobGetAnyScope :one
+SELECT * FROM job_queue WHERE id = @id;
+
+-- JobClaimCandidates picks and locks up to @max_jobs due PENDING jobs of
+-- the given types (all types when the array is empty) in claim order:
+-- priority high to low, then due time, then age. FOR UPDATE SKIP LOCKED:
+-- rows another transaction holds (a concurrent claimer, or a replay
+-- transaction holding an existing replay) are passed by, not waited on. A
+-- job with an execution resource key is a candidate only while no live
+-- claim holds its key.
+-- name: JobClaimCandidates :many
+SELECT jq.id, jq.execution_resource_key
+FROM job_queue jq
+WHERE jq.status = 'PENDING'
+  AND jq.next_run_at <= now()
+  AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
+  AND (
+      jq.execution_resource_key IS NULL
+      OR NOT EXISTS (
+          SELECT 1
+          FROM job_execution_resource_claims c
+          WHERE c.resource_key = jq.execution_resource_key
+            AND (c.release_after IS NULL OR c.release_after > now())
+      )
+  )
+ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
+LIMIT @max_jobs
+FOR UPDATE OF jq SKIP LOCKED;
+
+-- JobLease leases the given PENDING jobs (locked by JobClaimCandidates in
+-- the same transaction) to a worker: attempt + 1, LEASED, stage running,
+-- lease until now() + @lease_seconds; and writes one LEASED event each. A
+-- job with an execution resource key must already hold its claim for this
+-- attempt (JobResourceClaimAcquire), or the lease trigger refuses it.
+-- Returns the leased jobs in claim order.
+-- name: JobLease :many
+WITH leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = @worker_id,
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    WHERE id = ANY(@job_ids::uuid[])
+      AND status = 'PENDING'
+    RETURNING *
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt, 'LEASED', stage,
+           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
+    FROM leased
+)
+SELECT * FROM leased
+ORDER BY priority DESC, next_run_at, created_at;
+
+-- JobComplete marks a leased job SUCCEEDED, compare-and-set on the lease:
+-- it changes the job only while it is LEASED at this run and attempt to
+-- this worker. It stores the output and, where given, the final progress,
+-- and writes one SUCCEEDED event. No row when the lease does not match;
+-- nothing is written then. Leaving LEASED releases the job's execution
+-- resource claim (trigger).
+-- name: JobComplete :one
+WITH completed AS (
+    UPDATE job_queue
+    SET status = 'SUCCEEDED',
+        stage = 'completed',
+        output = sqlc.narg(output)::jsonb,
+        progress_done = COALESCE(sqlc.narg(progress_done)::bigint, progress_done),
+        progress_total = COALESCE(sqlc.narg(progress_total)::bigint, progress_total),
+        finished_at = now(),
+        lease_expires_at = NULL
+    WHERE job_queue.id = @id
+      AND job_queue.run_number = @run_number
+      AND job_queue.attempt = @attempt
+      AND job_queue.worker_id = @worker_id
+      AND job_queue.status = 'LEASED'
+    RETURNING *
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT id, run_number, attempt, 'SUCCEEDED', stage, progress_done, progress_total,
+           jsonb_build_object('worker_id', worker_id)
+    FROM completed
+)
+SELECT * FROM completed;
+
+-- JobFail records a failed attempt, compare-and-set on the lease like
+-- JobComplete. With attempts left and @terminal false the job goes back to
+-- PENDING, stage scheduled, due after @retry_delay_seconds, and gets a
+-- RETRY_SCHEDULED event; otherwise it is DEAD_LETTERED (finished) with a
+-- DEAD_LETTERED event. The error code and message are stored on the job
+-- and in the event. No row when the lease does not match.
+-- name: JobFail :one
+WITH failed AS (
+    UPDATE job_queue
+    SET status = CASE WHEN @terminal::bool OR attempt >= max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN @terminal::bool OR attempt >= max_attempts
+                     THEN stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN @terminal::bool OR attempt >= max_attempts
+                           THEN next_run_at
+                           ELSE now() + make_interval(secs => @retry_delay_seconds::float8) END,
+        finished_at = CASE WHEN @terminal::bool OR attempt >= max_attempts THEN now() END,
+        worker_id = CASE WHEN @terminal::bool OR attempt >= max_attempts THEN worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = sqlc.narg(error_code)::text,
+        last_error_message = sqlc.narg(error_message)::text
+    WHERE job_queue.id = @id
+      AND job_queue.run_number = @run_number
+      AND job_queue.attempt = @attempt
+      AND job_queue.worker_id = @worker_id
+      AND job_queue.status = 'LEASED'
+    RETURNING *
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt,
+           CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
+                ELSE 'RETRY_SCHEDULED'::job_event_type END,
+           stage,
+           jsonb_strip_nulls(jsonb_build_object(
+               'failure_kind', CASE WHEN @terminal::bool THEN 'TERMINAL' ELSE 'RETRYABLE' END,
+               'error_code', last_error_code,
+               'error_message', last_error_message,
+               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
+    FROM failed
+)
+SELECT * FROM failed;
+
+-- JobCancel cancels a PENDING or LEASED job in the caller's scope, records
+-- the reason as status_reason and writes one CANCELED event. A leased job
+-- keeps lease_expires_at, so its execution resource stays claimed until the
+-- canceled lease would have ended (trigger). No row when the job is not in
+-- scope or already finished.
+-- name: JobCancel :one
+WITH canceled AS (
+    UPDATE job_queue
+    SET status = 'CANCELED',
+        status_reason = sqlc.narg(reason)::text,
+        finished_at = now()
+    WHERE job_queue.id = @id
+      AND job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+      AND job_queue.status IN ('PENDING', 'LEASED')
+    RETURNING *
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
+           jsonb_strip_nulls(jsonb_build_object('reason', status_reason))
+    FROM canceled
+)
+SELECT * FROM canceled;
+
+-- JobRecoverExpiredLeases takes back up to @max_jobs leases that ran out
+-- (oldest expiry first), skipping rows another transaction holds. A job
+-- with attempts left returns to PENDING, due now, with a RETRY_SCHEDULED
+-- event; one without is DEAD_LETTERED. Both record failure kind
+-- LEASE_EXPIRED; leaving LEASED releases any resource claim (trigger).
+-- name: JobRecoverExpiredLeases :many
+WITH expired AS (
+    SELECT id
+    FROM job_queue
+    WHERE status = 'LEASED'
+      AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT @max_jobs
+    FOR UPDATE SKIP LOCKED
+),
+recovered AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'queued' END,
+        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at ELSE now() END,
+        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN now() END,
+        worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = 'job.lease_expired',
+        last_error_message = 'The lease expired before the worker finished.'
+    FROM expired
+    WHERE jq.id = expired.id
+    RETURNING jq.*
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt,
+           CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
+                ELSE 'RETRY_SCHEDULED'::job_event_type END,
+           stage,
+           jsonb_build_object('failure_kind', 'LEASE_EXPIRED', 'error_code', last_error_code)
+    FROM recovered
+)
+SELECT * FROM recovered;
+
+-- JobListGlobalPage lists global-scope jobs newest first, a page at a time:
+-- pass the last row's (created_at, id) as the cursor for the next page, or
+-- NULLs for the first. No lock.
+-- name: JobListGlobalPage :many
+SELECT * FROM job_queue
+WHERE organization_id IS NULL
+  AND (sqlc.narg(before_created_at)::timestamptz IS NULL
+       OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT @max_jobs;
+
+-- JobListOrgPage is JobListGlobalPage for one organization.
+-- name: JobListOrgPage :many
+SELECT * FROM job_queue
+WHERE organization_id = @organization_id
+  AND (sqlc.narg(before_created_at)::timestamptz IS NULL
+       OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT @max_jobs;
+
+-- JobListAllPage lists jobs of every scope newest first (operators only),
+-- with the same cursor as JobListGlobalPage. No lock.
+-- name: JobListAllPage :many
+SELECT * FROM job_queue
+WHERE sqlc.narg(before_created_at)::timestamptz IS NULL
+   OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid)
+ORDER BY created_at DESC, id DESC
+LIMIT @max_jobs;
+
+-- JobListGlobalByStatus lists the newest global-scope jobs in one status.
+-- name: JobListGlobalByStatus :many
+SELECT * FROM job_queue
+WHERE organization_id IS NULL
+  AND status = @status
+ORDER BY created_at DESC
+LIMIT @max_jobs;
+
+-- JobListOrgByStatus lists the newest jobs of one organization in one
+-- status.
+-- name: JobListOrgByStatus :many
+SELECT * FROM job_queue
+WHERE organization_id = @organization_id
+  AND status = @status
+ORDER BY created_at DESC
+LIMIT @max_jobs;
+
+-- JobListByTypeStatus lists the newest jobs of one type in one status,
+-- across scopes (operators only).
+-- name: JobListByTypeStatus :many
+SELECT * FROM job_queue
+WHERE job_type = @job_type
+  AND status = @status
+ORDER BY created_at DESC
+LIMIT @max_jobs;

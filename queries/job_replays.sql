@@ -1,0 +1,150 @@
+-- JobReplayGetForRequest finds the lineage row of one replay request, keyed
+-- by (source, expected run, request key), within the caller's scope, which
+-- is checked on the source row with a null-safe match (NULL, the global
+-- scope, matches only NULL). It returns the stored reason. When that reason
+-- equals @reason it also locks the replay job FOR NO KEY UPDATE and returns
+-- its current status and run, which then stay true until the transaction
+-- ends (workers' SKIP LOCKED claims pass the job by). With another reason
+-- nothing is locked and the replay columns are NULL. Neither the source nor
+-- job_replays is locked. (A CTE joined with LEFT JOIN rather than LEFT JOIN
+-- LATERAL: sqlc types the lateral's columns NOT NULL.)
+-- name: JobReplayGetForRequest :one
+WITH lineage AS (
+    SELECT jr.replay_job_id, jr.reason
+    FROM job_replays jr
+    JOIN job_queue source ON source.id = jr.source_job_id
+    WHERE jr.source_job_id = @source_job_id
+      AND jr.source_run_number = @source_run_number
+      AND jr.replay_request_key = @replay_request_key
+      AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+),
+matching_replay AS (
+    SELECT id, status, run_number
+    FROM job_queue
+    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = @reason)
+    FOR NO KEY UPDATE
+)
+SELECT lineage.replay_job_id,
+       lineage.reason,
+       matching_replay.status AS replay_status,
+       matching_replay.run_number AS replay_run_number
+FROM lineage
+LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
+
+-- JobLockEligibleReplaySource locks the source of a replay FOR NO KEY
+-- UPDATE, but only while it is eligible: in the caller's exact scope,
+-- SUCCEEDED at the expected run and owned by no workflow step. NO KEY
+-- UPDATE because replay never changes the source's key: the lineage insert's
+-- foreign-key check takes KEY SHARE on the source, which composes with it,
+-- while two replays of one source serialize here. Under READ COMMITTED a
+-- waiter re-checks the conditions on the newest row version.
+-- workflow_managed is returned so the caller can check the invariant.
+-- name: JobLockEligibleReplaySource :one
+SELECT sqlc.embed(job_queue),
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+FROM job_queue
+WHERE job_queue.id = @id
+  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+  AND status = 'SUCCEEDED'
+  AND run_number = @expected_run_number
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+FOR NO KEY UPDATE;
+
+-- JobGetReplaySourceForClassification reads the same job in the caller's
+-- scope without any lock, to tell NotFound, a mismatch and a
+-- workflow-managed source apart after the locking read found nothing; a
+-- rejected request therefore leaves no row lock behind.
+-- name: JobGetReplaySourceForClassification :one
+SELECT sqlc.embed(job_queue),
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+FROM job_queue
+WHERE job_queue.id = @id
+  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+
+-- JobInsertReplay creates the replay of a source the caller has locked, in
+-- one statement: the new job (type, organization, payload, priority,
+-- max_attempts, timeout_seconds and execution_resource_key copied from the
+-- source; run 1, attempt 0, PENDING, stage queued, next_run_at now(); no
+-- idempotency key, no request snapshot, nothing else copied), its single
+-- ENQUEUED event carrying the provenance, and the lineage row. The job
+-- type's definition must exist and be enabled; it is read FOR SHARE so a
+-- concurrent definition change waits for this transaction. No row comes
+-- back when the definition is missing or disabled (or the source is gone),
+-- and then nothing is written. Foreign keys are checked at the end of the
+-- statement, so the event and lineage may reference the job inserted beside
+-- them.
+-- name: JobInsertReplay :one
+WITH source AS (
+    SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
+           s.max_attempts, s.timeout_seconds, s.execution_resource_key
+    FROM job_queue s
+    JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
+    WHERE s.id = @source_job_id
+    FOR SHARE OF d
+),
+inserted AS (
+    INSERT INTO job_queue (
+        id, job_type, organization_id, payload, priority, max_attempts,
+        timeout_seconds, next_run_at, stage, execution_resource_key
+    )
+    SELECT @replay_job_id, job_type, organization_id, payload, priority, max_attempts,
+           timeout_seconds, now(), 'queued', execution_resource_key
+    FROM source
+    RETURNING id, job_type, status, run_number, stage
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
+    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
+           jsonb_strip_nulls(jsonb_build_object(
+               'job_type', inserted.job_type,
+               'replayed_from_job_id', source.id,
+               'replayed_from_run_number', source.run_number,
+               'replay_request_key', @replay_request_key::text,
+               'reason', @reason::text))
+    FROM inserted CROSS JOIN source
+    RETURNING id
+),
+lineage AS (
+    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.id, source.run_number, @replay_request_key::text, inserted.id, @reason::text
+    FROM inserted CROSS JOIN source
+    RETURNING replay_job_id
+)
+SELECT inserted.id,
+       inserted.status,
+       inserted.run_number,
+       source.id AS source_job_id,
+       source.run_number AS source_run_number,
+       (SELECT count(*) FROM event) AS event_count,
+       (SELECT count(*) FROM lineage) AS lineage_count
+FROM inserted CROSS JOIN source;
+
+-- JobReplayListForSource lists the replays made from a job, oldest first,
+-- with each replay's current status and run, within the caller's scope (a
+-- replay always shares its source's organization). No locks.
+-- name: JobReplayListForSource :many
+SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
+       jr.reason, jr.created_at, replay.status AS replay_status, replay.run_number AS replay_run_number
+FROM job_replays jr
+JOIN job_queue replay ON replay.id = jr.replay_job_id
+WHERE jr.source_job_id = @source_job_id
+  AND replay.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+ORDER BY jr.created_at, jr.replay_job_id;
+
+-- JobReplayGetForReplay returns the lineage row of a replay job: the source
+-- it was made from, the run, key and reason, within the caller's scope. No
+-- row when the job is not a replay or is outside the scope. No locks.
+-- name: JobReplayGetForReplay :one
+SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
+       jr.reason, jr.created_at
+FROM job_replays jr
+JOIN job_queue source ON source.id = jr.source_job_id
+WHERE jr.replay_job_id = @replay_job_id
+  AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+
+-- TransactionIsolationGet reports the isolation level of the current
+-- transaction ("read committed", "repeatable read", ...). Callers that
+-- join a caller's transaction use it to refuse levels their locking
+-- protocol is not correct under.
+-- name: TransactionIsolationGet :one
+SELECT current_setting('transaction_isolation')::text AS isolation;
