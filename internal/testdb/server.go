@@ -1,0 +1,336 @@
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ory/dockertest/v3"
+	"github.com/ory/dockertest/v3/docker"
+
+	"github.com/runledger-go/runledger/internal/pgtemp"
+)
+
+// Environment variables read by testdb.
+const (
+	// EnvURL names a PostgreSQL server to use instead of starting one: a
+	// postgres:// URL or keyword/value string for the server's maintenance
+	// database, as a role that may CREATE DATABASE (PostgreSQL 13 or newer,
+	// for DROP DATABASE ... WITH (FORCE)).
+	EnvURL = "RUNLEDGER_TEST_DATABASE_URL"
+	// EnvImage overrides the Docker image (default DefaultImage).
+	EnvImage = "RUNLEDGER_TEST_POSTGRES_IMAGE"
+	// DefaultImage is the Docker image used when a daemon answers.
+	DefaultImage = "postgres:15"
+)
+
+// Server kinds, in the order chooseServer prefers them.
+const (
+	kindURL    = "url"
+	kindDocker = "docker"
+	kindLocal  = "local"
+)
+
+// testSettings are the server settings for servers testdb starts itself:
+// throwaway data, so no durability (pgtemp's default does the same), and
+// room for parallel tests that each hold a pool.
+var testSettings = []string{
+	"fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=200",
+}
+
+// errNoServer is the root of the error returned when no server is available.
+var errNoServer = errors.New("testdb: no PostgreSQL server available for tests")
+
+// chooseServer picks where test databases come from: the URL in EnvURL if
+// set, else Docker if dockerPing succeeds, else local server binaries if
+// localBinaries finds them. Each probe runs only if the ones before it did
+// not settle the choice. With none available the error (errNoServer) says
+// what to install, with each probe's reason.
+func chooseServer(getenv func(string) string, dockerPing func() error, localBinaries func() error) (string, error) {
+	if getenv(EnvURL) != "" {
+		return kindURL, nil
+	}
+	dockerErr := dockerPing()
+	if dockerErr == nil {
+		return kindDocker, nil
+	}
+	localErr := localBinaries()
+	if localErr == nil {
+		return kindLocal, nil
+	}
+	return "", fmt.Errorf("%w. Provide one of:\n"+
+		"  - %s: a URL of a PostgreSQL 13+ server's maintenance database, as a role that may create databases\n"+
+		"    (e.g. postgres://postgres:secret@localhost:5432/postgres?sslmode=disable);\n"+
+		"  - Docker: install it and start the daemon (tried: %v);\n"+
+		"  - PostgreSQL server binaries: install the postgresql server package, e.g. apt-get install postgresql on Debian/Ubuntu (tried: %v)",
+		errNoServer, EnvURL, dockerErr, localErr)
+}
+
+// server is the PostgreSQL server one test binary uses.
+type server struct {
+	kind     string
+	adminURL string        // maintenance database
+	admin    *pgxpool.Pool // CREATE and DROP DATABASE; never connected to a template
+	stop     func() error  // nil for a server we did not start
+}
+
+// dbURL returns the connection string for database name on this server.
+func (s *server) dbURL(name string) string {
+	return mustWithDatabase(s.adminURL, name) // adminURL was validated at setup
+}
+
+// close releases the admin pool and stops a server we started.
+func (s *server) close() error {
+	s.admin.Close()
+	if s.stop == nil {
+		return nil
+	}
+	return s.stop()
+}
+
+// startServer chooses a server (see chooseServer), starts it if it is ours
+// and opens the admin pool.
+func startServer(ctx context.Context) (*server, error) {
+	var pool *dockertest.Pool
+	kind, err := chooseServer(os.Getenv,
+		func() error {
+			p, err := dockerPing(ctx)
+			pool = p
+			return err
+		},
+		func() error {
+			_, err := pgtemp.FindBinDir("")
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+
+	t0 := time.Now()
+	s := &server{kind: kind}
+	switch kind {
+	case kindURL:
+		s.adminURL = os.Getenv(EnvURL)
+	case kindDocker:
+		s.adminURL, s.stop, err = startDocker(ctx, pool)
+	case kindLocal:
+		s.adminURL, s.stop, err = startLocal(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := withDatabase(s.adminURL, "x"); err != nil {
+		return nil, closeAfter(s, fmt.Errorf("testdb: %s: %w", EnvURL, err))
+	}
+	if s.admin, err = pgxpool.New(ctx, s.adminURL); err != nil {
+		return nil, closeAfter(s, fmt.Errorf("testdb: admin pool: %w", err))
+	}
+	if err := checkServer(ctx, s.admin); err != nil {
+		return nil, closeAfter(s, fmt.Errorf("testdb: %s server: %w", kind, err))
+	}
+	logf("using a %s PostgreSQL server (ready in %s)", kind, time.Since(t0).Round(time.Millisecond))
+	return s, nil
+}
+
+// closeAfter stops a half-set-up server and returns err.
+func closeAfter(s *server, err error) error {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.stop != nil {
+		_ = s.stop()
+	}
+	return err
+}
+
+// checkServer verifies what the clones rely on: PostgreSQL 13+ (DROP
+// DATABASE ... WITH (FORCE)) and UTF8 in template0 (the empty databases and
+// the template are created from it).
+func checkServer(ctx context.Context, admin *pgxpool.Pool) error {
+	var version int
+	var encoding string
+	err := admin.QueryRow(ctx, `
+		SELECT current_setting('server_version_num')::int,
+		       (SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'template0')`).
+		Scan(&version, &encoding)
+	if err != nil {
+		return err
+	}
+	if version < 130000 {
+		return fmt.Errorf("PostgreSQL %d is too old; 13 or newer is required", version)
+	}
+	if encoding != "UTF8" {
+		return fmt.Errorf("template0 has encoding %s; UTF8 is required", encoding)
+	}
+	return nil
+}
+
+// startLocal starts a throwaway server from local binaries (pgtemp).
+func startLocal(ctx context.Context) (string, func() error, error) {
+	settings := map[string]string{}
+	for _, kv := range testSettings {
+		k, v, _ := strings.Cut(kv, "=")
+		settings[k] = v
+	}
+	srv, err := pgtemp.Start(ctx, pgtemp.Options{Settings: settings, Logf: logf})
+	if err != nil {
+		return "", nil, fmt.Errorf("testdb: local server: %w", err)
+	}
+	return srv.URL("postgres"), srv.Stop, nil
+}
+
+// dockerPing returns a pool for the Docker daemon if one answers a ping
+// within five seconds.
+func dockerPing(ctx context.Context) (*dockertest.Pool, error) {
+	pool, err := dockertest.NewPool("")
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Client.PingWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("docker ping: %w", err)
+	}
+	return pool, nil
+}
+
+// startDocker runs the PostgreSQL image with a published port and waits
+// until it accepts connections. The container removes itself when stopped,
+// and is stopped by the returned function or, if this process dies first,
+// by the daemon when the expiry set here runs out.
+func startDocker(ctx context.Context, pool *dockertest.Pool) (string, func() error, error) {
+	image := os.Getenv(EnvImage)
+	if image == "" {
+		image = DefaultImage
+	}
+	repo, tag := splitImage(image)
+	password := randomHex(12)
+	cmd := []string{"postgres"}
+	for _, kv := range testSettings {
+		cmd = append(cmd, "-c", kv)
+	}
+	res, err := pool.RunWithOptions(&dockertest.RunOptions{
+		Repository: repo,
+		Tag:        tag,
+		Env:        []string{"POSTGRES_PASSWORD=" + password},
+		Cmd:        cmd,
+		Labels:     map[string]string{"dev.runledger.testdb": "1"},
+	}, func(hc *docker.HostConfig) {
+		hc.AutoRemove = true
+		hc.RestartPolicy = docker.RestartPolicy{Name: "no"}
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("testdb: docker run %s: %w", image, err)
+	}
+	stop := func() error {
+		if err := pool.Purge(res); err != nil {
+			return fmt.Errorf("testdb: remove container %s: %w", res.Container.ID, err)
+		}
+		return nil
+	}
+	// dockertest starts containers with stop signal SIGWINCH, which
+	// PostgreSQL ignores, so Expire's "docker stop -t N" is a kill after N
+	// seconds: the cleanup for a test binary that crashed.
+	_ = res.Expire(uint(containerLifetime().Seconds()))
+
+	hostPort := dockerHostPort(res.GetHostPort("5432/tcp"))
+	adminURL := (&url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword("postgres", password),
+		Host:     hostPort,
+		Path:     "/postgres",
+		RawQuery: "sslmode=disable",
+	}).String()
+
+	pool.MaxWait = 2 * time.Minute
+	err = pool.Retry(func() error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	})
+	if err != nil {
+		_ = stop()
+		return "", nil, fmt.Errorf("testdb: container %s not accepting connections on %s: %w", image, hostPort, err)
+	}
+	return adminURL, stop, nil
+}
+
+// containerLifetime is how long a Docker server may live: longer than the
+// test binary may run (-test.timeout), so that only a crashed run meets it.
+func containerLifetime() time.Duration {
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if d, ok := g.Get().(time.Duration); ok && d > 0 {
+				return d + 5*time.Minute
+			}
+		}
+	}
+	return 2 * time.Hour
+}
+
+// dockerHostPort fixes the host of a published port for a remote daemon:
+// dockertest reports "localhost" for ports bound on all interfaces, which
+// is right only when the daemon runs here.
+func dockerHostPort(hostPort string) string {
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil || host != "localhost" {
+		return hostPort
+	}
+	if u, err := url.Parse(os.Getenv("DOCKER_HOST")); err == nil && u.Scheme == "tcp" && u.Hostname() != "" {
+		return net.JoinHostPort(u.Hostname(), port)
+	}
+	return hostPort
+}
+
+// splitImage splits "repo:tag" (the repo may contain a registry port,
+// "host:5000/postgres:15"); no tag means "latest".
+func splitImage(image string) (repo, tag string) {
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return image, "latest"
+	}
+	return image[:i], image[i+1:]
+}
+
+// withDatabase returns connString (a URL or keyword/value string) pointed at
+// database name.
+func withDatabase(connString, name string) (string, error) {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		if err != nil {
+			return "", fmt.Errorf("parse database URL: %w", err)
+		}
+		u.Path = "/" + name
+		u.RawPath = ""
+		return u.String(), nil
+	}
+	if _, err := pgx.ParseConfig(connString); err != nil {
+		return "", fmt.Errorf("parse connection string: %w", err)
+	}
+	// In keyword/value form the last occurrence of a keyword wins.
+	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name)
+	return connString + " dbname='" + quoted + "'", nil
+}
+
+// randomHex returns 2n random hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
