@@ -1,0 +1,101 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/rows"
+)
+
+// CancelRequest asks to cancel a job that has not finished.
+type CancelRequest struct {
+	// Scope is the caller's tenant; a job in another scope is NotFound.
+	Scope runledger.Scope
+	JobID uuid.UUID
+	// Reason is stored as status_reason and in the CANCELED event; a blank
+	// reason stores NULL.
+	Reason string
+}
+
+// Validate checks the reason (job.cancel_reason_invalid: NUL or invalid
+// UTF-8) without touching the database.
+func (r CancelRequest) Validate() error {
+	if !cleanText(r.Reason) {
+		return invalid(runledger.ErrCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
+	}
+	return nil
+}
+
+// maxCancelAttempts bounds the cancel loop; see cancel.
+const maxCancelAttempts = 3
+
+// Cancel cancels a PENDING or LEASED job in the caller's scope in one
+// statement on the pool, writes one CANCELED event and returns the job
+// (CANCELED, finished). A job not in scope (or missing) is
+// runledger.ErrJobNotFound; a job already SUCCEEDED, DEAD_LETTERED or
+// CANCELED is runledger.ErrNotCancelable; nothing is written in either
+// case. Canceling a leased job does not stop its worker, whose Complete or
+// Fail then gets runledger.ErrLeaseMismatch; the job keeps its execution
+// resource claim until the canceled lease would have expired, so no other
+// job with the key runs beside a worker that has not noticed.
+func Cancel(ctx context.Context, pool *pgxpool.Pool, req CancelRequest) (runledger.Job, error) {
+	if err := req.Validate(); err != nil {
+		return runledger.Job{}, err
+	}
+	return cancel(ctx, pool, req)
+}
+
+// CancelTx is Cancel inside the caller's transaction, which it never
+// commits or rolls back; the job stays locked until it ends.
+func CancelTx(ctx context.Context, tx pgx.Tx, req CancelRequest) (runledger.Job, error) {
+	if err := req.Validate(); err != nil {
+		return runledger.Job{}, err
+	}
+	return cancel(ctx, tx, req)
+}
+
+// cancel runs the compare-and-set cancel; when it matches nothing, an
+// unlocked read in scope tells NotFound from not cancelable. Should that
+// read find the job cancelable after all (it changed between the two
+// statements), the cancel is tried again, a bounded number of times.
+func cancel(ctx context.Context, q db.DBTX, req CancelRequest) (runledger.Job, error) {
+	var reason *string
+	if strings.TrimSpace(req.Reason) != "" {
+		r := req.Reason
+		reason = &r
+	}
+	org := req.Scope.OrganizationIDPtr()
+	for attempt := 1; attempt <= maxCancelAttempts; attempt++ {
+		row, err := queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, ID: req.JobID, OrganizationID: org})
+		if err == nil {
+			return rows.Job(db.JobQueue(row))
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return runledger.Job{}, dberr.Translate(ctx, "cancel job", err)
+		}
+		actual, err := queries.JobGet(ctx, q, db.JobGetParams{ID: req.JobID, OrganizationID: org})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return runledger.Job{}, runledger.New(runledger.ErrJobNotFound,
+				fmt.Sprintf("cancel job: job %s not found in scope %s", req.JobID, req.Scope))
+		}
+		if err != nil {
+			return runledger.Job{}, dberr.Translate(ctx, "read job after cancel miss", err)
+		}
+		switch actual.Status {
+		case db.JobStatusSUCCEEDED, db.JobStatusDEADLETTERED, db.JobStatusCANCELED:
+			return runledger.Job{}, runledger.New(runledger.ErrNotCancelable,
+				fmt.Sprintf("cancel job: job %s is already %s", req.JobID, actual.Status))
+		}
+	}
+	return runledger.Job{}, runledger.InvariantViolated(fmt.Sprintf(
+		"cancel job %s: the job stayed cancelable to the read but not to the update after %d attempts", req.JobID, maxCancelAttempts))
+}

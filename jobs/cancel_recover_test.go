@@ -1,0 +1,232 @@
+package jobs_test
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/jobs"
+)
+
+func TestCancelPendingJob(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	c, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: runledger.Global(), JobID: j.ID, Reason: "not needed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != runledger.JobStatusCanceled || c.FinishedAt == nil || c.StatusReason == nil || *c.StatusReason != "not needed" {
+		t.Fatalf("canceled job = %s finished %v reason %v", c.Status, c.FinishedAt, c.StatusReason)
+	}
+	typ, attempt, payload, _ := lastEvent(t, ctx, pool, j.ID)
+	if typ != "CANCELED" || attempt != nil || payload["reason"] != "not needed" {
+		t.Fatalf("event = %s attempt %v payload %v, want CANCELED without attempt, with the reason", typ, attempt, payload)
+	}
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed a canceled job")
+	}
+	// A blank reason stores NULL.
+	j2 := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	c2, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: j2.ID, Reason: "  "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.StatusReason != nil {
+		t.Fatalf("blank reason stored as %q", *c2.StatusReason)
+	}
+}
+
+func TestCancelLeasedJobEndsTheWorkersLease(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
+	c, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: l.ID, Reason: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != runledger.JobStatusCanceled {
+		t.Fatalf("status = %s", c.Status)
+	}
+	_, attempt, _, _ := lastEvent(t, ctx, pool, l.ID)
+	if attempt == nil || *attempt != 1 {
+		t.Fatalf("CANCELED event attempt = %v, want the leased attempt 1", attempt)
+	}
+	_, err = jobs.Complete(ctx, pool, completeReq(l))
+	wantCode(t, err, runledger.ErrLeaseMismatch)
+}
+
+func TestCancelFinishedJobIsNotCancelable(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
+	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+		t.Fatal(err)
+	}
+	canceled := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: canceled.ID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uuid.UUID{l.ID, canceled.ID} {
+		before := count(t, ctx, pool, `SELECT count(*) FROM job_events`)
+		_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: id, Reason: "again"})
+		wantCode(t, err, runledger.ErrNotCancelable)
+		if after := count(t, ctx, pool, `SELECT count(*) FROM job_events`); after != before {
+			t.Fatalf("refused cancel wrote %d events", after-before)
+		}
+	}
+	j, err := jobs.Get(ctx, pool, runledger.Global(), l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != runledger.JobStatusSucceeded || j.StatusReason != nil {
+		t.Fatalf("succeeded job changed by a refused cancel: %s %v", j.Status, j.StatusReason)
+	}
+}
+
+func TestCancelOutsideScopeIsNotFound(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := uuid.New()
+	orgJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
+	globalJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	cases := []jobs.CancelRequest{
+		{Scope: runledger.Global(), JobID: orgJob.ID},
+		{Scope: runledger.Organization(uuid.New()), JobID: orgJob.ID},
+		{Scope: runledger.Organization(org), JobID: globalJob.ID},
+		{Scope: runledger.Organization(uuid.Nil), JobID: globalJob.ID},
+		{Scope: runledger.Global(), JobID: uuid.New()},
+	}
+	for _, req := range cases {
+		_, err := jobs.Cancel(ctx, pool, req)
+		wantCode(t, err, runledger.ErrJobNotFound)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE status <> 'PENDING'`); n != 0 {
+		t.Fatalf("%d jobs changed by out-of-scope cancels", n)
+	}
+	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: runledger.Organization(org), JobID: orgJob.ID}); err != nil {
+		t.Fatalf("cancel in scope: %v", err)
+	}
+}
+
+func TestCancelLeasedJobKeepsResourceUntilLeaseWouldEnd(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "db-main"})
+	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "db-main"})
+	claimOnly(t, ctx, pool, first.ID)
+	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: first.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE job_id = $1 AND release_after IS NOT NULL`, first.ID); n != 1 {
+		t.Fatal("the canceled job's claim was not kept with a delayed release")
+	}
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v while the canceled lease could still be running", ids(got))
+	}
+	// Once the release is due, recovery purges it and the key is free.
+	exec(t, ctx, pool, `UPDATE job_execution_resource_claims SET release_after = now() - interval '1 second'`)
+	if _, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
+		t.Fatalf("%d claims left after the purge", n)
+	}
+	claimOnly(t, ctx, pool, second.ID)
+}
+
+func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(3), ExecutionResourceKey: "r"})
+	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(3), ExecutionResourceKey: "r"})
+	live := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1)})
+	got := claim(t, ctx, pool, jobs.ClaimRequest{})
+	if !sameIDs(ids(got), []uuid.UUID{first.ID, live.ID}) {
+		t.Fatalf("claimed %v, want %s (holding key r) and %s", ids(got), first.ID, live.ID)
+	}
+	l := got[0]
+	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, first.ID)
+
+	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 1 || rec[0].ID != first.ID {
+		t.Fatalf("recovered %v, want only the expired %s (not the live lease)", ids(rec), first.ID)
+	}
+	r := rec[0]
+	switch {
+	case r.Status != runledger.JobStatusPending, r.Stage != runledger.JobStageQueued:
+		t.Fatalf("recovered job = %s %s, want PENDING queued", r.Status, r.Stage)
+	case r.WorkerID != nil, r.LeaseExpiresAt != nil:
+		t.Fatalf("worker %v lease %v, want cleared", r.WorkerID, r.LeaseExpiresAt)
+	case r.LastErrorCode == nil || *r.LastErrorCode != "job.lease_expired":
+		t.Fatalf("last error code = %v", r.LastErrorCode)
+	}
+	typ, attempt, payload, _ := lastEvent(t, ctx, pool, first.ID)
+	if typ != "RETRY_SCHEDULED" || attempt == nil || *attempt != 1 || payload["failure_kind"] != "LEASE_EXPIRED" {
+		t.Fatalf("event = %s attempt %v payload %v", typ, attempt, payload)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
+		t.Fatalf("%d resource claims left after recovery, want the key released", n)
+	}
+	// The worker that lost the lease can no longer complete it.
+	_, err = jobs.Complete(ctx, pool, completeReq(l))
+	wantCode(t, err, runledger.ErrLeaseMismatch)
+	// The key is free: the second job on it, due since it was enqueued
+	// (before the recovered job became due again), takes it.
+	claimOnly(t, ctx, pool, second.ID)
+}
+
+func TestRecoverExpiredLeaseDeadLettersWhenAttemptsSpent(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(1)})
+	claimOnly(t, ctx, pool, j.ID)
+	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, j.ID)
+	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 1 || rec[0].Status != runledger.JobStatusDeadLettered || rec[0].FinishedAt == nil {
+		t.Fatalf("recovered = %+v, want one DEAD_LETTERED job", rec)
+	}
+	typ, _, payload, _ := lastEvent(t, ctx, pool, j.ID)
+	if typ != "DEAD_LETTERED" || payload["failure_kind"] != "LEASE_EXPIRED" {
+		t.Fatalf("event = %s %v", typ, payload)
+	}
+	if rec2, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec2) != 0 {
+		t.Fatalf("second recovery = %v, %v; want nothing", ids(rec2), err)
+	}
+}
+
+func TestRecoverExpiredLeasesRespectsLimitOldestFirst(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	a := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	b := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2})
+	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 minute' WHERE id = $1`, b.ID)
+	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, a.ID)
+	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 1 || rec[0].ID != b.ID {
+		t.Fatalf("recovered %v with limit 1, want the oldest expiry %s", ids(rec), b.ID)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rec, err = jobs.RecoverExpiredLeasesTx(ctx, tx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 1 || rec[0].ID != a.ID {
+		t.Fatalf("recovered %v in the caller's transaction, want %s", ids(rec), a.ID)
+	}
+}

@@ -1,0 +1,307 @@
+package jobs_test
+
+import (
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/jobs"
+)
+
+func TestClaimOrderIsPriorityThenDueTimeThenAge(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	now := time.Now()
+	low := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1), RunAt: ptr(now.Add(-time.Hour))})
+	laterDue := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(10), RunAt: ptr(now.Add(-time.Minute))})
+	older := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(10), RunAt: ptr(now.Add(-2 * time.Minute))})
+	younger := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(10), RunAt: ptr(now.Add(-2 * time.Minute))})
+
+	first := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+	if len(first) != 1 || first[0].ID != older.ID {
+		t.Fatalf("first claim = %v, want the older of the earliest-due high-priority jobs %s", ids(first), older.ID)
+	}
+	rest := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	want := []uuid.UUID{younger.ID, laterDue.ID, low.ID}
+	if !sameIDs(ids(rest), want) {
+		t.Fatalf("rest claimed in order %v, want %v", ids(rest), want)
+	}
+}
+
+func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	held := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(50)})
+	free := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1)})
+
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	exec(t, ctx, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, held.ID)
+	if !rowLockedAgainst(t, ctx, pool, "job_queue", "id = $1", held.ID, "UPDATE") {
+		t.Fatal("precondition: the holder's row lock is not visible to another connection")
+	}
+
+	// Were the claim to wait for the held row, it would block until the
+	// test's deadline; SKIP LOCKED returns at once without it.
+	got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	if !sameIDs(ids(got), []uuid.UUID{free.ID}) {
+		t.Fatalf("claimed %v while %s was locked, want only %s", ids(got), held.ID, free.ID)
+	}
+
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	claimOnly(t, ctx, pool, held.ID)
+}
+
+func TestClaimLeavesJobsNotYetDue(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	future := enqueue(t, ctx, pool, jobs.EnqueueRequest{RunAt: ptr(time.Now().Add(time.Hour))})
+	if future.Stage != runledger.JobStageScheduled {
+		t.Fatalf("future job stage = %s, want scheduled", future.Stage)
+	}
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v, want nothing (the only job is due in an hour)", ids(got))
+	}
+	exec(t, ctx, pool, `UPDATE job_queue SET next_run_at = now() - interval '1 second' WHERE id = $1`, future.ID)
+	claimOnly(t, ctx, pool, future.ID)
+}
+
+func TestClaimFiltersByJobTypes(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
+	define(t, ctx, pool, jobs.DefinitionInput{JobType: "push"})
+	email := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "email"})
+	sms := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "sms"})
+	push := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "push"})
+
+	got := claim(t, ctx, pool, jobs.ClaimRequest{JobTypes: []string{"sms", "push"}})
+	gotIDs := ids(got)
+	sort.Slice(gotIDs, func(i, j int) bool { return gotIDs[i].String() < gotIDs[j].String() })
+	want := []uuid.UUID{sms.ID, push.ID}
+	sort.Slice(want, func(i, j int) bool { return want[i].String() < want[j].String() })
+	if !sameIDs(gotIDs, want) {
+		t.Fatalf("claimed %v for types sms and push, want %v", gotIDs, want)
+	}
+	// No types means every type.
+	claimOnly(t, ctx, pool, email.ID)
+}
+
+func TestClaimLimitsBatch(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	for i := 0; i < 5; i++ {
+		enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	}
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2}); len(got) != 2 {
+		t.Fatalf("claimed %d jobs with limit 2", len(got))
+	}
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 3 {
+		t.Fatalf("claimed %d jobs after the first batch, want the 3 left", len(got))
+	}
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); got == nil || len(got) != 0 {
+		t.Fatalf("claim of an empty queue = %#v, want an empty non-nil slice", got)
+	}
+}
+
+func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	before := time.Now()
+	got := claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: "w-7", Lease: 45 * time.Second})
+	if len(got) != 1 {
+		t.Fatalf("claimed %d jobs", len(got))
+	}
+	l := got[0]
+	switch {
+	case l.ID != j.ID, l.Status != runledger.JobStatusLeased, l.Stage != runledger.JobStageRunning:
+		t.Fatalf("leased job = %s %s %s, want %s LEASED running", l.ID, l.Status, l.Stage, j.ID)
+	case l.Attempt != 1 || l.RunNumber != 1:
+		t.Fatalf("attempt/run = %d/%d, want 1/1", l.Attempt, l.RunNumber)
+	case l.WorkerID == nil || *l.WorkerID != "w-7":
+		t.Fatalf("worker = %v, want w-7", l.WorkerID)
+	case l.LeaseExpiresAt == nil || l.StartedAt == nil:
+		t.Fatal("lease_expires_at or started_at not set")
+	}
+	// Both are the claim transaction's now().
+	if d := l.LeaseExpiresAt.Sub(*l.StartedAt); d != 45*time.Second {
+		t.Fatalf("lease_expires_at - started_at = %s, want 45s", d)
+	}
+	if !approx(l.LeaseExpiresAt.Sub(before), 45*time.Second, 5*time.Second) {
+		t.Fatalf("lease expires %s after the claim began, want about 45s", l.LeaseExpiresAt.Sub(before))
+	}
+	typ, attempt, payload, _ := lastEvent(t, ctx, pool, j.ID)
+	if typ != "LEASED" || attempt == nil || *attempt != 1 || payload["worker_id"] != "w-7" {
+		t.Fatalf("last event = %s attempt %v payload %v, want LEASED attempt 1 by w-7", typ, attempt, payload)
+	}
+	if ev := eventTypes(t, ctx, pool, j.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
+		t.Fatalf("events = %v", ev)
+	}
+
+	// A second claim and a retry after a failure count the attempt up.
+	if _, err := jobs.Fail(ctx, pool, jobs.FailRequest{JobID: l.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-7", RetryDelay: ptr(time.Duration(0))}); err != nil {
+		t.Fatal(err)
+	}
+	again := claimOnly(t, ctx, pool, j.ID)
+	if again.Attempt != 2 {
+		t.Fatalf("attempt after one failure = %d, want 2", again.Attempt)
+	}
+}
+
+func TestClaimHoldsOneLeasePerExecutionResource(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
+	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
+	unrelated := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1)})
+
+	// Both keyed jobs are candidates of one batch; only the first in claim
+	// order takes the key.
+	got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	if !sameIDs(ids(got), []uuid.UUID{first.ID, unrelated.ID}) {
+		t.Fatalf("first claim = %v, want %s (holds printer-1) and the unkeyed %s", ids(got), first.ID, unrelated.ID)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE resource_key = 'printer-1' AND job_id = $1 AND attempt = 1`, first.ID); n != 1 {
+		t.Fatalf("claim rows for the first job = %d, want 1", n)
+	}
+	// While the first is leased, the second is not claimable.
+	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 0 {
+		t.Fatalf("claimed %v while printer-1 was held", ids(got))
+	}
+	if _, err := jobs.Complete(ctx, pool, completeReq(got[0])); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
+		t.Fatalf("claim rows after completion = %d, want 0", n)
+	}
+	claimOnly(t, ctx, pool, second.ID)
+}
+
+func TestConcurrentClaimsNeverLeaseAJobTwice(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	const total = 60
+	for i := 0; i < total; i++ {
+		enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	}
+	var (
+		mu     sync.Mutex
+		seen   = map[uuid.UUID]int{}
+		wg     sync.WaitGroup
+		errsCh = make(chan error, 8)
+	)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(worker int) {
+			defer wg.Done()
+			for {
+				got, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 3, Lease: time.Minute})
+				if err != nil {
+					errsCh <- err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, j := range got {
+					seen[j.ID]++
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errsCh)
+	for err := range errsCh {
+		t.Fatalf("concurrent claim: %v", err)
+	}
+	if len(seen) != total {
+		t.Fatalf("leased %d distinct jobs, want %d", len(seen), total)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("job %s leased %d times", id, n)
+		}
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_events WHERE event_type = 'LEASED'`); n != total {
+		t.Fatalf("LEASED events = %d, want %d", n, total)
+	}
+}
+
+func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
+	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	mine, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "w1", Limit: 1, Lease: time.Minute})
+	if err != nil || len(mine) != 1 || mine[0].ID != first.ID {
+		t.Fatalf("ClaimTx = %v, %v; want %s", ids(mine), err, first.ID)
+	}
+
+	type result struct {
+		got []runledger.Job
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute})
+		done <- result{got, err}
+	}()
+	// The second claimer passes the locked first job by, finds the second
+	// job's key unclaimed in its snapshot, and must wait on the first
+	// claimer's uncommitted claim row rather than take the key too.
+	waitForBlockedBackend(t, ctx, pool)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.got) != 0 {
+		t.Fatalf("second claimer leased %v while %s held key k", ids(r.got), first.ID)
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE status = 'LEASED'`); n != 1 {
+		t.Fatalf("%d leased jobs share key k", n)
+	}
+	if j, err := jobs.Get(ctx, pool, runledger.Global(), second.ID); err != nil || j.Status != runledger.JobStatusPending || j.Attempt != 0 {
+		t.Fatalf("second job = %s attempt %d, %v; want untouched PENDING", j.Status, j.Attempt, err)
+	}
+}
+
+func TestClaimTxLeasesNothingWhenCallerRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(got) != 1 {
+		t.Fatalf("ClaimTx = %v, %v", ids(got), err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, ctx, pool, `SELECT (SELECT count(*) FROM job_execution_resource_claims) + (SELECT count(*) FROM job_events WHERE event_type = 'LEASED')`); n != 0 {
+		t.Fatalf("%d claim rows or LEASED events after rollback", n)
+	}
+	claimOnly(t, ctx, pool, j.ID)
+}

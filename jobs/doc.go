@@ -1,0 +1,55 @@
+// Package jobs implements the job ledger operations around compare-and-replay:
+// job definitions, enqueue (keyed and unkeyed), claim with leases,
+// completion, failure with retry and dead-lettering, cancellation, expired
+// lease recovery, workflow membership, and the reads (jobs, events, lists,
+// replay lineage).
+//
+// # Entry points
+//
+// Every writing operation comes as a pair. X(ctx, pool, req) owns its work:
+// a single statement on the pool when one statement suffices, or a READ
+// COMMITTED transaction of its own (committed on success, rolled back on any
+// error; a failed COMMIT returns an error matching
+// runledger.ErrCommitUnconfirmed). XTx(ctx, tx, req) runs inside the
+// caller's pgx.Tx and never commits or rolls back; locks it takes last until
+// the caller's transaction ends, and after an error the caller should roll
+// back. Reads take a Querier, which a pool, a connection and a transaction
+// all satisfy.
+//
+// # Errors
+//
+// Every error is a *runledger.Error. Requests are validated before any
+// database work (an invalid request fails the same way on a closed pool)
+// with category Validation and the job.* codes of the root package. A job
+// outside the caller's scope is runledger.ErrJobNotFound, exactly as a job
+// that does not exist. Database failures are translated at one edge
+// (SQLSTATE and constraint name); retryable ones have category Transient.
+//
+// # Locks
+//
+//   - Enqueue reads the job type's definition FOR SHARE, so a definition
+//     change waits for transactions that are enqueuing that type. A keyed
+//     enqueue that finds an existing job locks it FOR NO KEY UPDATE.
+//   - Claim locks due PENDING candidates FOR UPDATE SKIP LOCKED: rows
+//     another transaction holds (another claimer, a replay transaction
+//     holding its replay job, a keyed enqueue holding an existing job) are
+//     passed by, never waited on.
+//   - Complete, Fail and Cancel update one row (compare-and-set) and lock it
+//     until the transaction ends.
+//   - Reads take no locks.
+package jobs
+
+import (
+	"github.com/runledger-go/runledger/db"
+)
+
+// Querier runs the statements of a read. *pgxpool.Pool, *pgx.Conn and
+// pgx.Tx satisfy it; a read on a transaction sees that transaction's
+// writes.
+type Querier = db.DBTX
+
+// MaxLimit is the largest page, claim batch or recovery batch any
+// operation of this package accepts.
+const MaxLimit = 1000
+
+var queries = db.New()

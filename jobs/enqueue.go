@@ -1,0 +1,376 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
+)
+
+// Disposition says whether an enqueue created the job now.
+type Disposition string
+
+const (
+	// DispositionInserted: this call created the job.
+	DispositionInserted Disposition = "inserted"
+	// DispositionExisting: a keyed job with the same type, scope, key and
+	// request already existed; nothing was written.
+	DispositionExisting Disposition = "existing"
+)
+
+// EnqueueRequest asks for a new job.
+type EnqueueRequest struct {
+	// Scope is the tenant the job belongs to (Global: no organization).
+	Scope runledger.Scope
+	// JobType must name an enabled definition.
+	JobType string
+	// Payload is any JSON value; nil means {}. Stored as jsonb (key order
+	// and spacing are not kept).
+	Payload json.RawMessage
+	// Priority, MaxAttempts and TimeoutSeconds override the definition's
+	// defaults; nil takes the default current at enqueue time.
+	Priority       *int32
+	MaxAttempts    *int32
+	TimeoutSeconds *int32
+	// RunAt is when the job becomes due; nil means now. A time in the
+	// future gives stage scheduled instead of queued. Stored to the
+	// microsecond.
+	RunAt *time.Time
+	// IdempotencyKey, when not empty, makes the enqueue keyed: at most one
+	// job exists per (job type, scope, key), and repeating the same request
+	// returns that job (DispositionExisting). "" enqueues unkeyed.
+	IdempotencyKey string
+	// ExecutionResourceKey, when not empty, names a resource: jobs sharing
+	// it never hold a lease at the same time. "" means none.
+	ExecutionResourceKey string
+}
+
+// Validate checks the request without touching the database, returning the
+// first failure: job type (job.job_type_blank, job.job_type_invalid),
+// payload (job.payload_invalid: not JSON, or JSON jsonb cannot store),
+// max attempts and timeout (must be positive: job.max_attempts_invalid,
+// job.timeout_invalid), run-at (job.run_at_invalid: the zero time or
+// outside years 1 to 9999), idempotency key when set (job.idempotency_key_invalid:
+// blank after trimming Unicode white space, NUL or invalid UTF-8, over 512
+// bytes), execution resource key when set
+// (job.invalid_execution_resource_key, see
+// runledger.ValidateExecutionResourceKey; invalid UTF-8 is refused too).
+func (r EnqueueRequest) Validate() error {
+	if err := validateJobType(r.JobType); err != nil {
+		return err
+	}
+	if r.Payload != nil {
+		if err := validateJSON(r.Payload); err != nil {
+			return invalid(runledger.ErrPayloadInvalid, "job payload: %v", err)
+		}
+	}
+	if r.MaxAttempts != nil && *r.MaxAttempts <= 0 {
+		return invalid(runledger.ErrMaxAttemptsInvalid, "max attempts must be positive, got %d", *r.MaxAttempts)
+	}
+	if r.TimeoutSeconds != nil && *r.TimeoutSeconds <= 0 {
+		return invalid(runledger.ErrTimeoutInvalid, "timeout seconds must be positive, got %d", *r.TimeoutSeconds)
+	}
+	if r.RunAt != nil {
+		if y := r.RunAt.UTC().Year(); r.RunAt.IsZero() || y < 1 || y > 9999 {
+			return invalid(runledger.ErrRunAtInvalid, "run-at %s is the zero time or outside years 1 to 9999", r.RunAt)
+		}
+	}
+	if r.IdempotencyKey != "" {
+		switch k := r.IdempotencyKey; {
+		case strings.TrimSpace(k) == "":
+			return invalid(runledger.ErrIdempotencyKeyInvalid, "idempotency key is blank")
+		case !cleanText(k):
+			return invalid(runledger.ErrIdempotencyKeyInvalid, "idempotency key holds a NUL byte or invalid UTF-8")
+		case len(k) > MaxIdempotencyKeyBytes:
+			return invalid(runledger.ErrIdempotencyKeyInvalid, "idempotency key must be at most %d bytes, got %d", MaxIdempotencyKeyBytes, len(k))
+		}
+	}
+	if r.ExecutionResourceKey != "" {
+		if err := runledger.ValidateExecutionResourceKey(r.ExecutionResourceKey); err != nil {
+			return err
+		}
+		if !utf8.ValidString(r.ExecutionResourceKey) {
+			return runledger.Validation(runledger.CodeInvalidExecutionResourceKey,
+				"Execution resource key must be non-blank and at most 512 bytes.",
+				"execution resource key is not valid UTF-8")
+		}
+	}
+	return nil
+}
+
+func (r EnqueueRequest) keyed() bool { return r.IdempotencyKey != "" }
+
+// EnqueueResult is the job an enqueue created or found.
+type EnqueueResult struct {
+	// Job is the job as stored now: the new job (PENDING, run 1, attempt 0)
+	// when Inserted; the existing job in its current state, whatever it is
+	// (possibly leased, finished, or replayed from), when Existing.
+	Job         runledger.Job `json:"job"`
+	Disposition Disposition   `json:"disposition"`
+}
+
+// Enqueue creates a job and its ENQUEUED event.
+//
+// Unkeyed, it is one statement on the pool: the definition must exist and
+// be enabled (else runledger.ErrDefinitionNotFoundOrDisabled, nothing
+// written); nil settings take its defaults; the id is a new UUIDv7.
+//
+// Keyed, it runs in a READ COMMITTED transaction of its own. The insert
+// does nothing when a job with the same type, scope and key exists (it
+// waits for an uncommitted competitor first); the existing job is then
+// locked FOR NO KEY UPDATE and compared with this request's canonical
+// snapshot (job type, organization, payload, priority, max attempts,
+// timeout, run-at and resource key as given: a nil setting stays null, so
+// it is not the same request as one naming the default explicitly; JSON
+// equality, so key order and spacing do not matter). The same request
+// returns it with DispositionExisting; another request is
+// runledger.ErrIdempotencyConflict. Existing is returned even when the
+// definition has since been disabled. A failed COMMIT matches
+// runledger.ErrCommitUnconfirmed; repeating a keyed enqueue is safe.
+func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (EnqueueResult, error) {
+	if err := req.Validate(); err != nil {
+		return EnqueueResult{}, err
+	}
+	params, err := enqueueParams(req)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if !req.keyed() {
+		return enqueueUnkeyed(ctx, pool, params)
+	}
+	return txn.ReadCommitted(ctx, pool, "keyed job enqueue", func(tx pgx.Tx) (EnqueueResult, error) {
+		return enqueueKeyed(ctx, tx, req, params)
+	})
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction, which it never
+// commits or rolls back. A keyed request requires READ COMMITTED (else
+// runledger.ErrEnqueueUnsupportedIsolation), because the lookup after a
+// conflicting insert must see the competitor's committed row; after an
+// Existing result the existing job stays locked until the caller's
+// transaction ends (claims skip it). An unkeyed request is one statement
+// and runs under any isolation. The definition row is held FOR SHARE until
+// the transaction ends.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResult, error) {
+	if err := req.Validate(); err != nil {
+		return EnqueueResult{}, err
+	}
+	params, err := enqueueParams(req)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if !req.keyed() {
+		return enqueueUnkeyed(ctx, tx, params)
+	}
+	if err := txn.RequireReadCommitted(ctx, tx, "keyed job enqueue", runledger.ErrEnqueueUnsupportedIsolation); err != nil {
+		return EnqueueResult{}, err
+	}
+	return enqueueKeyed(ctx, tx, req, params)
+}
+
+// requestSnapshot is the canonical form of a keyed request, stored in
+// enqueue_request and compared (as jsonb) on a repeated request.
+type requestSnapshot struct {
+	JobType              string          `json:"job_type"`
+	OrganizationID       *uuid.UUID      `json:"organization_id"`
+	Payload              json.RawMessage `json:"payload"`
+	Priority             *int32          `json:"priority"`
+	MaxAttempts          *int32          `json:"max_attempts"`
+	TimeoutSeconds       *int32          `json:"timeout_seconds"`
+	RunAt                *string         `json:"run_at"`
+	ExecutionResourceKey *string         `json:"execution_resource_key"`
+}
+
+// runAtLayout formats a run-at time in the snapshot: UTC, to the
+// microsecond PostgreSQL stores.
+const runAtLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+var emptyObject = json.RawMessage(`{}`)
+
+// enqueueParams builds the statement's arguments: a new UUIDv7, the
+// effective payload and, for a keyed request, the snapshot.
+func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return db.JobEnqueueParams{}, runledger.Internal(runledger.CodeInvariantViolated,
+			"Job id could not be generated.", "generate job id: "+err.Error())
+	}
+	payload := req.Payload
+	if payload == nil {
+		payload = emptyObject
+	}
+	var runAt *time.Time
+	if req.RunAt != nil {
+		t := req.RunAt.UTC().Truncate(time.Microsecond)
+		runAt = &t
+	}
+	p := db.JobEnqueueParams{
+		JobType:              req.JobType,
+		ID:                   id,
+		OrganizationID:       req.Scope.OrganizationIDPtr(),
+		Payload:              payload,
+		Priority:             req.Priority,
+		MaxAttempts:          req.MaxAttempts,
+		TimeoutSeconds:       req.TimeoutSeconds,
+		NextRunAt:            runAt,
+		ExecutionResourceKey: optionalText(req.ExecutionResourceKey),
+	}
+	if req.keyed() {
+		snap := requestSnapshot{
+			JobType:              req.JobType,
+			OrganizationID:       p.OrganizationID,
+			Payload:              payload,
+			Priority:             req.Priority,
+			MaxAttempts:          req.MaxAttempts,
+			TimeoutSeconds:       req.TimeoutSeconds,
+			ExecutionResourceKey: p.ExecutionResourceKey,
+		}
+		if runAt != nil {
+			s := runAt.Format(runAtLayout)
+			snap.RunAt = &s
+		}
+		b, err := json.Marshal(snap)
+		if err != nil {
+			return db.JobEnqueueParams{}, runledger.InvariantViolated("encode enqueue request snapshot: " + err.Error())
+		}
+		key := req.IdempotencyKey
+		p.IdempotencyKey = &key
+		p.EnqueueRequest = b
+	}
+	return p, nil
+}
+
+func optionalText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// insertJob runs the one-statement insert; ok is false when it inserted
+// nothing (definition missing or disabled, or the key taken).
+func insertJob(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (job runledger.Job, ok bool, err error) {
+	row, err := queries.JobEnqueue(ctx, q, p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runledger.Job{}, false, nil
+	}
+	if err != nil {
+		return runledger.Job{}, false, dberr.Translate(ctx, "enqueue job", err)
+	}
+	if row.ID != p.ID {
+		return runledger.Job{}, false, runledger.InvariantViolated("enqueue returned another job than the one inserted")
+	}
+	job, err = rows.Job(db.JobQueue(row))
+	return job, err == nil, err
+}
+
+func definitionUnavailable(jobType string) error {
+	return runledger.New(runledger.ErrDefinitionNotFoundOrDisabled,
+		fmt.Sprintf("enqueue job: definition missing or disabled for job type %q", jobType))
+}
+
+// enqueueUnkeyed inserts an unkeyed job: one statement, no isolation
+// requirement.
+func enqueueUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (EnqueueResult, error) {
+	job, ok, err := insertJob(ctx, q, p)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if !ok {
+		return EnqueueResult{}, definitionUnavailable(p.JobType)
+	}
+	return EnqueueResult{Job: job, Disposition: DispositionInserted}, nil
+}
+
+// enqueueKeyed inserts a keyed job or resolves the existing one; tx is
+// READ COMMITTED, so the lookup after an insert that did nothing sees the
+// row that made it do nothing.
+func enqueueKeyed(ctx context.Context, tx pgx.Tx, req EnqueueRequest, p db.JobEnqueueParams) (EnqueueResult, error) {
+	job, ok, err := insertJob(ctx, tx, p)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if ok {
+		return EnqueueResult{Job: job, Disposition: DispositionInserted}, nil
+	}
+	existing, same, found, err := lockByKey(ctx, tx, p)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if found {
+		if !same {
+			return EnqueueResult{}, runledger.New(runledger.ErrIdempotencyConflict,
+				fmt.Sprintf("job %s of type %q in scope %s holds idempotency key %q with a different request",
+					existing.ID, req.JobType, req.Scope, req.IdempotencyKey))
+		}
+		return EnqueueResult{Job: existing, Disposition: DispositionExisting}, nil
+	}
+	return EnqueueResult{}, explainEmptyInsert(ctx, tx, req)
+}
+
+// lockByKey finds the job holding the request's key in its scope and locks
+// it FOR NO KEY UPDATE; same reports whether its stored request equals this
+// one.
+func lockByKey(ctx context.Context, tx pgx.Tx, p db.JobEnqueueParams) (job runledger.Job, same, found bool, err error) {
+	var row db.JobQueue
+	if p.OrganizationID == nil {
+		r, qerr := queries.JobLockByIdempotencyKeyGlobal(ctx, tx, db.JobLockByIdempotencyKeyGlobalParams{
+			EnqueueRequest: p.EnqueueRequest,
+			JobType:        p.JobType,
+			IdempotencyKey: p.IdempotencyKey,
+		})
+		row, same, err = r.JobQueue, r.SameRequest, qerr
+	} else {
+		r, qerr := queries.JobLockByIdempotencyKeyOrg(ctx, tx, db.JobLockByIdempotencyKeyOrgParams{
+			EnqueueRequest: p.EnqueueRequest,
+			JobType:        p.JobType,
+			OrganizationID: p.OrganizationID,
+			IdempotencyKey: p.IdempotencyKey,
+		})
+		row, same, err = r.JobQueue, r.SameRequest, qerr
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runledger.Job{}, false, false, nil
+	}
+	if err != nil {
+		return runledger.Job{}, false, false, dberr.Translate(ctx, "lock job by idempotency key", err)
+	}
+	job, err = rows.Job(row)
+	if err != nil {
+		return runledger.Job{}, false, false, err
+	}
+	return job, same, true, nil
+}
+
+// explainEmptyInsert tells why a keyed insert wrote nothing although no job
+// holds the key: normally the definition is missing or disabled. If the
+// definition is enabled after all, the job that held the key vanished
+// between the two statements (deleted); that is reported as an Internal
+// error rather than as a definition problem. Retrying the request resolves
+// it either way.
+func explainEmptyInsert(ctx context.Context, tx pgx.Tx, req EnqueueRequest) error {
+	def, err := queries.JobDefinitionGet(ctx, tx, req.JobType)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !def.IsEnabled) {
+		return definitionUnavailable(req.JobType)
+	}
+	if err != nil {
+		return dberr.Translate(ctx, "read job definition after empty keyed enqueue", err)
+	}
+	return runledger.Internal(runledger.CodeIdempotencyMissingExisting,
+		"Job enqueue retry could not be resolved.",
+		fmt.Sprintf("keyed enqueue of type %q key %q in scope %s inserted nothing, the definition is enabled, and no job holds the key",
+			req.JobType, req.IdempotencyKey, req.Scope))
+}

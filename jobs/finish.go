@@ -1,0 +1,253 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/rows"
+)
+
+// heldLease identifies one attempt of a job held by a worker: what
+// Complete and Fail compare against the stored row.
+type heldLease struct {
+	JobID     uuid.UUID
+	RunNumber int32
+	Attempt   int32
+	WorkerID  string
+}
+
+// CompleteRequest finishes a leased job successfully.
+type CompleteRequest struct {
+	// JobID, RunNumber, Attempt and WorkerID must match the job's current
+	// lease (as returned by Claim); run and attempt are not validated, a
+	// value that cannot match is a lease mismatch.
+	JobID     uuid.UUID
+	RunNumber int32
+	Attempt   int32
+	WorkerID  string
+	// Output is the result as any JSON value; nil stores NULL.
+	Output json.RawMessage
+	// ProgressDone and ProgressTotal, when set, record the final progress;
+	// nil keeps the stored value.
+	ProgressDone  *int64
+	ProgressTotal *int64
+}
+
+// Validate checks the request without touching the database: worker id
+// (job.worker_id_blank, job.worker_id_invalid), output (job.output_invalid:
+// not JSON, or JSON jsonb cannot store) and progress (job.progress_invalid:
+// negative, or done above total when both are given).
+func (r CompleteRequest) Validate() error {
+	if err := validateWorkerID(r.WorkerID); err != nil {
+		return err
+	}
+	if r.Output != nil {
+		if err := validateJSON(r.Output); err != nil {
+			return invalid(runledger.ErrOutputInvalid, "job output: %v", err)
+		}
+	}
+	return validateProgress(r.ProgressDone, r.ProgressTotal)
+}
+
+func validateProgress(done, total *int64) error {
+	switch {
+	case done != nil && *done < 0, total != nil && *total < 0:
+		return invalid(runledger.ErrProgressInvalid, "progress must not be negative")
+	case done != nil && total != nil && *done > *total:
+		return invalid(runledger.ErrProgressInvalid, "progress done %d exceeds total %d", *done, *total)
+	}
+	return nil
+}
+
+// Complete marks a leased job SUCCEEDED in one statement on the pool and
+// returns it as stored. It is compare-and-set on the lease: the job must be
+// LEASED at this run and attempt to this worker. When it is not, nothing is
+// written (no event either) and an unlocked read tells why:
+// runledger.ErrJobNotFound when no job has the id, otherwise
+// runledger.ErrLeaseMismatch, whose detail names the actual status, run,
+// attempt and worker. Completion writes one SUCCEEDED event, sets
+// finished_at, clears lease_expires_at and releases the job's execution
+// resource claim. Completing twice is a lease mismatch the second time.
+// Workers identify jobs by lease, so no scope is involved.
+func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
+	if err := req.Validate(); err != nil {
+		return runledger.Job{}, err
+	}
+	return complete(ctx, pool, req)
+}
+
+// CompleteTx is Complete inside the caller's transaction, which it never
+// commits or rolls back; the job stays locked until it ends. Under
+// REPEATABLE READ or SERIALIZABLE a job changed by a concurrent committed
+// transaction fails with a Transient serialization error.
+func CompleteTx(ctx context.Context, tx pgx.Tx, req CompleteRequest) (runledger.Job, error) {
+	if err := req.Validate(); err != nil {
+		return runledger.Job{}, err
+	}
+	return complete(ctx, tx, req)
+}
+
+func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Job, error) {
+	workerID := req.WorkerID
+	row, err := queries.JobComplete(ctx, q, db.JobCompleteParams{
+		Output:        req.Output,
+		ProgressDone:  req.ProgressDone,
+		ProgressTotal: req.ProgressTotal,
+		ID:            req.JobID,
+		RunNumber:     req.RunNumber,
+		Attempt:       req.Attempt,
+		WorkerID:      &workerID,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runledger.Job{}, classifyLeaseMiss(ctx, q, "complete",
+			heldLease{JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
+	}
+	if err != nil {
+		return runledger.Job{}, dberr.Translate(ctx, "complete job", err)
+	}
+	return rows.Job(db.JobQueue(row))
+}
+
+// FailRequest records a failed attempt of a leased job.
+type FailRequest struct {
+	// JobID, RunNumber, Attempt and WorkerID must match the job's current
+	// lease, as for CompleteRequest.
+	JobID     uuid.UUID
+	RunNumber int32
+	Attempt   int32
+	WorkerID  string
+	// ErrorCode and ErrorMessage are stored as last_error_code and
+	// last_error_message and in the event; "" stores NULL.
+	ErrorCode    string
+	ErrorMessage string
+	// Terminal dead-letters the job at once, whatever attempts remain.
+	Terminal bool
+	// RetryDelay is how long until a retry is due; nil means
+	// Backoff(Attempt). Zero makes the retry due at once. Ignored when the
+	// job is dead-lettered.
+	RetryDelay *time.Duration
+}
+
+// Validate checks the request without touching the database: worker id
+// (job.worker_id_blank, job.worker_id_invalid), error code and message
+// (job.failure_invalid: NUL or invalid UTF-8) and retry delay
+// (job.retry_delay_invalid: negative).
+func (r FailRequest) Validate() error {
+	if err := validateWorkerID(r.WorkerID); err != nil {
+		return err
+	}
+	if !cleanText(r.ErrorCode) || !cleanText(r.ErrorMessage) {
+		return invalid(runledger.ErrFailureInvalid, "failure error code or message holds a NUL byte or invalid UTF-8")
+	}
+	if r.RetryDelay != nil && *r.RetryDelay < 0 {
+		return invalid(runledger.ErrRetryDelayInvalid, "retry delay must not be negative, got %s", *r.RetryDelay)
+	}
+	return nil
+}
+
+// Backoff bounds: the first retry waits BackoffBase, each later one twice
+// as long as the one before, never more than BackoffMax.
+const (
+	BackoffBase = time.Second
+	BackoffMax  = time.Hour
+)
+
+// Backoff returns the default delay before retrying a job whose attempt
+// failed: BackoffBase * 2^(attempt-1), capped at BackoffMax, so 1s, 2s, 4s,
+// ... and 1h from attempt 13 on. An attempt below 1 is treated as 1. It is
+// deterministic (no jitter), so the same attempt always waits the same
+// time; callers that want jitter pass FailRequest.RetryDelay.
+func Backoff(attempt int32) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := BackoffBase
+	for i := int32(1); i < attempt; i++ {
+		d *= 2
+		if d >= BackoffMax {
+			return BackoffMax
+		}
+	}
+	return d
+}
+
+// Fail records a failed attempt of a leased job in one statement on the
+// pool and returns the job as stored after it. Compare-and-set on the lease
+// exactly like Complete (runledger.ErrJobNotFound or
+// runledger.ErrLeaseMismatch, and nothing written, when it does not
+// match). With attempts left (attempt < max_attempts) and Terminal false
+// the job returns to PENDING, stage scheduled, due after the retry delay,
+// worker cleared, with a RETRY_SCHEDULED event; the next claim starts
+// attempt + 1 of the same run. Otherwise it is DEAD_LETTERED (finished)
+// with a DEAD_LETTERED event. Either way the error code and message are
+// stored and the execution resource claim is released.
+func Fail(ctx context.Context, pool *pgxpool.Pool, req FailRequest) (runledger.Job, error) {
+	if err := req.Validate(); err != nil {
+		return runledger.Job{}, err
+	}
+	return fail(ctx, pool, req)
+}
+
+// FailTx is Fail inside the caller's transaction, which it never commits
+// or rolls back; the job stays locked until it ends.
+func FailTx(ctx context.Context, tx pgx.Tx, req FailRequest) (runledger.Job, error) {
+	if err := req.Validate(); err != nil {
+		return runledger.Job{}, err
+	}
+	return fail(ctx, tx, req)
+}
+
+func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error) {
+	delay := Backoff(req.Attempt)
+	if req.RetryDelay != nil {
+		delay = *req.RetryDelay
+	}
+	workerID := req.WorkerID
+	row, err := queries.JobFail(ctx, q, db.JobFailParams{
+		Terminal:          req.Terminal,
+		RetryDelaySeconds: delay.Seconds(),
+		ErrorCode:         optionalText(req.ErrorCode),
+		ErrorMessage:      optionalText(req.ErrorMessage),
+		ID:                req.JobID,
+		RunNumber:         req.RunNumber,
+		Attempt:           req.Attempt,
+		WorkerID:          &workerID,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runledger.Job{}, classifyLeaseMiss(ctx, q, "fail",
+			heldLease{JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
+	}
+	if err != nil {
+		return runledger.Job{}, dberr.Translate(ctx, "fail job", err)
+	}
+	return rows.Job(db.JobQueue(row))
+}
+
+// classifyLeaseMiss explains a compare-and-set that matched no row, with an
+// unlocked read of the job in any scope.
+func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease) error {
+	actual, err := queries.JobGetAnyScope(ctx, q, want.JobID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s does not exist", op, want.JobID))
+	}
+	if err != nil {
+		return dberr.Translate(ctx, "read job after lease mismatch", err)
+	}
+	worker := "<none>"
+	if actual.WorkerID != nil {
+		worker = fmt.Sprintf("%q", *actual.WorkerID)
+	}
+	return runledger.New(runledger.ErrLeaseMismatch, fmt.Sprintf(
+		"%s job %s: job is %s at run %d attempt %d worker %s; request holds LEASED at run %d attempt %d worker %q",
+		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, worker, want.RunNumber, want.Attempt, want.WorkerID))
+}

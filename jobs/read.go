@@ -1,0 +1,363 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/rows"
+)
+
+// Get reads one job in the caller's exact scope. A job that does not exist,
+// or exists in another scope, is runledger.ErrJobNotFound. No lock.
+func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (runledger.Job, error) {
+	row, err := queries.JobGet(ctx, q, db.JobGetParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runledger.Job{}, notFound(id, scope)
+	}
+	if err != nil {
+		return runledger.Job{}, dberr.Translate(ctx, "get job", err)
+	}
+	return rows.Job(row)
+}
+
+func notFound(id uuid.UUID, scope runledger.Scope) error {
+	return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("job %s not found in scope %s", id, scope))
+}
+
+// requireJob returns ErrJobNotFound unless the job exists in scope; reads
+// whose list came back empty use it to tell "nothing yet" from "no job".
+func requireJob(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) error {
+	_, err := queries.JobGet(ctx, q, db.JobGetParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound(id, scope)
+	}
+	if err != nil {
+		return dberr.Translate(ctx, "get job", err)
+	}
+	return nil
+}
+
+// Events returns a job's whole history in the order it happened (by run,
+// then as written). A job outside the caller's scope is
+// runledger.ErrJobNotFound; a job with no events (only possible for rows
+// written by hand) gives an empty, non-nil slice. When the history is empty
+// a second read checks the job. No lock.
+func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) ([]runledger.JobEvent, error) {
+	rs, err := queries.JobEventListForJob(ctx, q, db.JobEventListForJobParams{JobID: id, OrganizationID: scope.OrganizationIDPtr()})
+	if err != nil {
+		return nil, dberr.Translate(ctx, "list job events", err)
+	}
+	if len(rs) == 0 {
+		if err := requireJob(ctx, q, scope, id); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]runledger.JobEvent, 0, len(rs))
+	for _, r := range rs {
+		e, err := rows.Event(r.JobEvent)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// NewestEvents returns a job's newest limit (1 to MaxLimit, else
+// job.event_limit_invalid) events, newest first. Scope and empty results
+// behave as in Events. No lock.
+func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, limit int) ([]runledger.JobEvent, error) {
+	if err := validateLimit(limit, runledger.ErrEventLimitInvalid, "event limit"); err != nil {
+		return nil, err
+	}
+	rs, err := queries.JobEventListNewest(ctx, q, db.JobEventListNewestParams{
+		JobID: id, OrganizationID: scope.OrganizationIDPtr(), MaxEvents: int32(limit),
+	})
+	if err != nil {
+		return nil, dberr.Translate(ctx, "list newest job events", err)
+	}
+	if len(rs) == 0 {
+		if err := requireJob(ctx, q, scope, id); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]runledger.JobEvent, 0, len(rs))
+	for _, r := range rs {
+		e, err := rows.Event(r.JobEvent)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// RecentEventsByType returns the newest limit (1 to MaxLimit, else
+// job.event_limit_invalid) events of one type that occurred at or after
+// since, newest first, across every scope: an operator read, not for
+// tenant-facing callers. An event type that is not a job_event_type value
+// is job.event_filter_invalid. No lock.
+func RecentEventsByType(ctx context.Context, q Querier, eventType runledger.JobEventType, since time.Time, limit int) ([]runledger.JobEvent, error) {
+	if _, err := runledger.ParseJobEventType(string(eventType)); err != nil {
+		return nil, invalid(runledger.ErrEventFilterInvalid, "event type %q is not a job event type", eventType)
+	}
+	if err := validateLimit(limit, runledger.ErrEventLimitInvalid, "event limit"); err != nil {
+		return nil, err
+	}
+	rs, err := queries.JobEventListRecentByType(ctx, q, db.JobEventListRecentByTypeParams{
+		EventType: db.JobEventType(eventType), Since: since, MaxEvents: int32(limit),
+	})
+	if err != nil {
+		return nil, dberr.Translate(ctx, "list recent job events by type", err)
+	}
+	out := make([]runledger.JobEvent, 0, len(rs))
+	for _, r := range rs {
+		e, err := rows.Event(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Replays returns the replays made from a source job, oldest first, each
+// with the replay job's current status and run. A source outside the
+// caller's scope is runledger.ErrJobNotFound; a source never replayed gives
+// an empty, non-nil slice (checked with a second read when the list is
+// empty). No lock.
+func Replays(ctx context.Context, q Querier, scope runledger.Scope, sourceID uuid.UUID) ([]runledger.ReplayLineage, error) {
+	rs, err := queries.JobReplayListForSource(ctx, q, db.JobReplayListForSourceParams{
+		SourceJobID: sourceID, OrganizationID: scope.OrganizationIDPtr(),
+	})
+	if err != nil {
+		return nil, dberr.Translate(ctx, "list job replays", err)
+	}
+	if len(rs) == 0 {
+		if err := requireJob(ctx, q, scope, sourceID); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]runledger.ReplayLineage, 0, len(rs))
+	for _, r := range rs {
+		status, err := rows.Status(r.ReplayStatus)
+		if err != nil {
+			return nil, err
+		}
+		run := r.ReplayRunNumber
+		out = append(out, runledger.ReplayLineage{
+			ReplayJobID:      r.ReplayJobID,
+			SourceJobID:      r.SourceJobID,
+			SourceRunNumber:  r.SourceRunNumber,
+			ReplayRequestKey: r.ReplayRequestKey,
+			Reason:           r.Reason,
+			CreatedAt:        r.CreatedAt.UTC(),
+			ReplayStatus:     &status,
+			ReplayRunNumber:  &run,
+		})
+	}
+	return out, nil
+}
+
+// ReplayedFrom returns the lineage of a replay job: the source and run it
+// was replayed from, with the request key and reason. It returns nil, nil
+// when the job exists in the caller's scope but is not a replay, and
+// runledger.ErrJobNotFound when it is not in scope (checked with a second
+// read when there is no lineage). ReplayStatus and ReplayRunNumber are left
+// nil: read the job itself for its state. No lock.
+func ReplayedFrom(ctx context.Context, q Querier, scope runledger.Scope, replayID uuid.UUID) (*runledger.ReplayLineage, error) {
+	r, err := queries.JobReplayGetForReplay(ctx, q, db.JobReplayGetForReplayParams{
+		ReplayJobID: replayID, OrganizationID: scope.OrganizationIDPtr(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := requireJob(ctx, q, scope, replayID); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, dberr.Translate(ctx, "get job replay lineage", err)
+	}
+	return &runledger.ReplayLineage{
+		ReplayJobID:      r.ReplayJobID,
+		SourceJobID:      r.SourceJobID,
+		SourceRunNumber:  r.SourceRunNumber,
+		ReplayRequestKey: r.ReplayRequestKey,
+		Reason:           r.Reason,
+		CreatedAt:        r.CreatedAt.UTC(),
+	}, nil
+}
+
+// Cursor marks a position in a newest-first job listing: the created_at
+// and id of the last job of the previous page. Pass a Page's Next as the
+// next request's Before.
+type Cursor struct {
+	CreatedAt time.Time `json:"created_at"`
+	ID        uuid.UUID `json:"id"`
+}
+
+// Page is one page of a job listing.
+type Page struct {
+	// Jobs are newest first (created_at, then id, descending).
+	Jobs []runledger.Job `json:"jobs"`
+	// Next is the cursor for the following page, nil when this page is the
+	// last one (it held fewer jobs than the limit) or the listing has no
+	// cursor (status listings). A full last page yields a Next whose page
+	// is empty.
+	Next *Cursor `json:"next"`
+}
+
+// ListRequest lists one scope's jobs.
+type ListRequest struct {
+	Scope runledger.Scope
+	// Status, when set, lists only jobs in that status: the newest Limit
+	// of them, in one page (no cursor; Before must be nil).
+	Status *runledger.JobStatus
+	// Limit is the page size, 1 to MaxLimit.
+	Limit int
+	// Before continues a listing after a previous page; nil starts at the
+	// newest job.
+	Before *Cursor
+}
+
+// Validate checks the request without touching the database: limit
+// (job.list_limit_invalid), status a job_status value and no cursor with a
+// status (job.list_filter_invalid).
+func (r ListRequest) Validate() error {
+	if err := validateLimit(r.Limit, runledger.ErrListLimitInvalid, "list limit"); err != nil {
+		return err
+	}
+	return validateStatusFilter(r.Status, r.Before)
+}
+
+func validateStatusFilter(status *runledger.JobStatus, before *Cursor) error {
+	if status == nil {
+		return nil
+	}
+	if _, err := runledger.ParseJobStatus(string(*status)); err != nil {
+		return invalid(runledger.ErrListFilterInvalid, "status %q is not a job status", *status)
+	}
+	if before != nil {
+		return invalid(runledger.ErrListFilterInvalid, "a status listing has a single page and takes no cursor")
+	}
+	return nil
+}
+
+// List lists the jobs of the caller's scope newest first, a page at a time
+// (keyset pagination on created_at and id, so jobs inserted meanwhile never
+// shift a page), or, with a Status, the newest Limit jobs in that status.
+// No lock; each page is its own snapshot.
+func List(ctx context.Context, q Querier, req ListRequest) (Page, error) {
+	if err := req.Validate(); err != nil {
+		return Page{}, err
+	}
+	org := req.Scope.OrganizationIDPtr()
+	limit := int32(req.Limit)
+	var (
+		rs  []db.JobQueue
+		err error
+	)
+	switch {
+	case req.Status != nil && org == nil:
+		rs, err = queries.JobListGlobalByStatus(ctx, q, db.JobListGlobalByStatusParams{Status: db.JobStatus(*req.Status), MaxJobs: limit})
+	case req.Status != nil:
+		rs, err = queries.JobListOrgByStatus(ctx, q, db.JobListOrgByStatusParams{OrganizationID: org, Status: db.JobStatus(*req.Status), MaxJobs: limit})
+	case org == nil:
+		at, id := cursorArgs(req.Before)
+		rs, err = queries.JobListGlobalPage(ctx, q, db.JobListGlobalPageParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
+	default:
+		at, id := cursorArgs(req.Before)
+		rs, err = queries.JobListOrgPage(ctx, q, db.JobListOrgPageParams{OrganizationID: org, BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
+	}
+	if err != nil {
+		return Page{}, dberr.Translate(ctx, "list jobs", err)
+	}
+	return page(rs, req.Limit, req.Status == nil)
+}
+
+// ListAllRequest lists jobs across every scope (operators only).
+type ListAllRequest struct {
+	// JobType and Status, set together, list the newest Limit jobs of that
+	// type in that status, in one page (Before must be nil). Left both
+	// empty, every job is listed page by page. One without the other is
+	// job.list_filter_invalid.
+	JobType string
+	Status  *runledger.JobStatus
+	// Limit is the page size, 1 to MaxLimit.
+	Limit int
+	// Before continues a listing after a previous page.
+	Before *Cursor
+}
+
+// Validate checks the request without touching the database: limit
+// (job.list_limit_invalid), the filter combination and status
+// (job.list_filter_invalid), the job type (job.job_type_blank,
+// job.job_type_invalid).
+func (r ListAllRequest) Validate() error {
+	if err := validateLimit(r.Limit, runledger.ErrListLimitInvalid, "list limit"); err != nil {
+		return err
+	}
+	if (r.JobType == "") != (r.Status == nil) {
+		return invalid(runledger.ErrListFilterInvalid, "job type and status filter only together")
+	}
+	if r.JobType != "" {
+		if err := validateJobType(r.JobType); err != nil {
+			return err
+		}
+	}
+	return validateStatusFilter(r.Status, r.Before)
+}
+
+// ListAll lists jobs of every scope newest first, a page at a time, or
+// with JobType and Status the newest Limit jobs of that type in that
+// status. An operator read: it ignores tenancy. No lock.
+func ListAll(ctx context.Context, q Querier, req ListAllRequest) (Page, error) {
+	if err := req.Validate(); err != nil {
+		return Page{}, err
+	}
+	var (
+		rs  []db.JobQueue
+		err error
+	)
+	if req.Status != nil {
+		rs, err = queries.JobListByTypeStatus(ctx, q, db.JobListByTypeStatusParams{
+			JobType: req.JobType, Status: db.JobStatus(*req.Status), MaxJobs: int32(req.Limit),
+		})
+	} else {
+		at, id := cursorArgs(req.Before)
+		rs, err = queries.JobListAllPage(ctx, q, db.JobListAllPageParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: int32(req.Limit)})
+	}
+	if err != nil {
+		return Page{}, dberr.Translate(ctx, "list all jobs", err)
+	}
+	return page(rs, req.Limit, req.Status == nil)
+}
+
+func cursorArgs(c *Cursor) (*time.Time, *uuid.UUID) {
+	if c == nil {
+		return nil, nil
+	}
+	at, id := c.CreatedAt, c.ID
+	return &at, &id
+}
+
+func page(rs []db.JobQueue, limit int, paged bool) (Page, error) {
+	jobs, err := rows.Jobs(rs)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Jobs: jobs}
+	if paged && len(jobs) == limit {
+		last := jobs[len(jobs)-1]
+		p.Next = &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	return p, nil
+}

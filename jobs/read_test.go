@@ -1,0 +1,314 @@
+package jobs_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/replay"
+)
+
+func TestGetIsScoped(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := uuid.New()
+	orgJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
+	globalJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+
+	if j, err := jobs.Get(ctx, pool, runledger.Organization(org), orgJob.ID); err != nil || j.ID != orgJob.ID {
+		t.Fatalf("Get in scope = %v, %v", j.ID, err)
+	}
+	if j, err := jobs.Get(ctx, pool, runledger.Global(), globalJob.ID); err != nil || j.ID != globalJob.ID {
+		t.Fatalf("Get global in scope = %v, %v", j.ID, err)
+	}
+	for _, c := range []struct {
+		scope runledger.Scope
+		id    uuid.UUID
+	}{
+		{runledger.Global(), orgJob.ID},
+		{runledger.Organization(uuid.New()), orgJob.ID},
+		{runledger.Organization(org), globalJob.ID},
+		{runledger.Organization(uuid.Nil), globalJob.ID},
+		{runledger.Global(), uuid.New()},
+	} {
+		_, err := jobs.Get(ctx, pool, c.scope, c.id)
+		wantCode(t, err, runledger.ErrJobNotFound)
+	}
+}
+
+func TestEventsAreScopedAndInHistoryOrder(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := uuid.New()
+	scope := runledger.Organization(org)
+	l := leased(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := jobs.Events(ctx, pool, scope, l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []runledger.JobEventType{runledger.JobEventEnqueued, runledger.JobEventLeased, runledger.JobEventSucceeded}
+	if len(evs) != len(want) {
+		t.Fatalf("events = %+v", evs)
+	}
+	for i, e := range evs {
+		if e.EventType != want[i] || e.JobID != l.ID || e.RunNumber != 1 {
+			t.Fatalf("event %d = %s on %s run %d, want %s", i, e.EventType, e.JobID, e.RunNumber, want[i])
+		}
+	}
+	if evs[0].Attempt != nil || evs[0].Stage == nil || *evs[0].Stage != runledger.JobStageQueued {
+		t.Fatalf("ENQUEUED event attempt %v stage %v", evs[0].Attempt, evs[0].Stage)
+	}
+	for _, other := range []runledger.Scope{runledger.Global(), runledger.Organization(uuid.New())} {
+		_, err := jobs.Events(ctx, pool, other, l.ID)
+		wantCode(t, err, runledger.ErrJobNotFound)
+		_, err = jobs.NewestEvents(ctx, pool, other, l.ID, 10)
+		wantCode(t, err, runledger.ErrJobNotFound)
+	}
+	_, err = jobs.Events(ctx, pool, scope, uuid.New())
+	wantCode(t, err, runledger.ErrJobNotFound)
+}
+
+func TestEventsOfJobWithoutHistoryIsEmpty(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	id := uuid.New()
+	exec(t, ctx, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 1)`, id)
+	evs, err := jobs.Events(ctx, pool, runledger.Global(), id)
+	if err != nil || evs == nil || len(evs) != 0 {
+		t.Fatalf("Events of a job without events = %#v, %v; want an empty slice", evs, err)
+	}
+	newest, err := jobs.NewestEvents(ctx, pool, runledger.Global(), id, 5)
+	if err != nil || newest == nil || len(newest) != 0 {
+		t.Fatalf("NewestEvents = %#v, %v", newest, err)
+	}
+}
+
+func TestNewestEventsNewestFirstUpToLimit(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
+	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := jobs.NewestEvents(ctx, pool, runledger.Global(), l.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].EventType != runledger.JobEventSucceeded || evs[1].EventType != runledger.JobEventLeased {
+		t.Fatalf("newest 2 = %+v, want SUCCEEDED then LEASED", evs)
+	}
+}
+
+func TestRecentEventsByTypeAcrossScopes(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	a := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	b := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
+	claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+	evs, err := jobs.RecentEventsByType(ctx, pool, runledger.JobEventEnqueued, time.Now().Add(-time.Hour), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].JobID != b.ID || evs[1].JobID != a.ID {
+		t.Fatalf("ENQUEUED events = %+v, want b then a (newest first, both scopes)", evs)
+	}
+	evs, err = jobs.RecentEventsByType(ctx, pool, runledger.JobEventEnqueued, time.Now().Add(time.Hour), 10)
+	if err != nil || len(evs) != 0 {
+		t.Fatalf("events since an hour ahead = %+v, %v", evs, err)
+	}
+	evs, err = jobs.RecentEventsByType(ctx, pool, runledger.JobEventLeased, time.Now().Add(-time.Hour), 10)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("LEASED events = %+v, %v", evs, err)
+	}
+}
+
+func succeeded(t *testing.T, ctx testContext, req jobs.EnqueueRequest) runledger.Job {
+	t.Helper()
+	l := leased(t, ctx.ctx, ctx.pool, req)
+	j, err := jobs.Complete(ctx.ctx, ctx.pool, completeReq(l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestReplaysAndReplayedFromReadLineage(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := uuid.New()
+	scope := runledger.Organization(org)
+	source := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{Scope: scope})
+	other := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+
+	none, err := jobs.Replays(ctx, pool, scope, source.ID)
+	if err != nil || none == nil || len(none) != 0 {
+		t.Fatalf("Replays before any = %#v, %v", none, err)
+	}
+	var replayIDs []uuid.UUID
+	for _, key := range []string{"k1", "k2"} {
+		out, err := replay.SucceededJob(ctx, pool, replay.Request{Scope: scope, SourceJobID: source.ID,
+			ExpectedRunNumber: source.RunNumber, Key: key, Reason: "reprocess " + key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := out.(replay.Replayed)
+		if !ok {
+			t.Fatalf("replay outcome = %#v", out)
+		}
+		replayIDs = append(replayIDs, r.Replay.JobID)
+	}
+	// The first replay moves on; the list shows its current state.
+	leaseJob(t, ctx, pool, replayIDs[0])
+
+	list, err := jobs.Replays(ctx, pool, scope, source.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("Replays = %+v", list)
+	}
+	for i, l := range list {
+		switch {
+		case l.ReplayJobID != replayIDs[i], l.SourceJobID != source.ID, l.SourceRunNumber != 1:
+			t.Fatalf("lineage %d = %+v", i, l)
+		case l.ReplayRequestKey != []string{"k1", "k2"}[i], l.Reason != "reprocess "+l.ReplayRequestKey:
+			t.Fatalf("lineage %d key/reason = %q/%q", i, l.ReplayRequestKey, l.Reason)
+		case l.ReplayStatus == nil || l.ReplayRunNumber == nil || *l.ReplayRunNumber != 1:
+			t.Fatalf("lineage %d replay state = %v/%v", i, l.ReplayStatus, l.ReplayRunNumber)
+		}
+	}
+	if *list[0].ReplayStatus != runledger.JobStatusLeased || *list[1].ReplayStatus != runledger.JobStatusPending {
+		t.Fatalf("replay statuses = %s, %s; want LEASED, PENDING", *list[0].ReplayStatus, *list[1].ReplayStatus)
+	}
+
+	from, err := jobs.ReplayedFrom(ctx, pool, scope, replayIDs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from == nil || from.SourceJobID != source.ID || from.ReplayJobID != replayIDs[1] || from.ReplayRequestKey != "k2" || from.Reason != "reprocess k2" {
+		t.Fatalf("ReplayedFrom = %+v", from)
+	}
+	for _, id := range []uuid.UUID{source.ID, other.ID} {
+		if from, err := jobs.ReplayedFrom(ctx, pool, scope, id); err != nil || from != nil {
+			t.Fatalf("ReplayedFrom(not a replay) = %+v, %v; want nil, nil", from, err)
+		}
+	}
+
+	for _, wrong := range []runledger.Scope{runledger.Global(), runledger.Organization(uuid.New())} {
+		_, err := jobs.Replays(ctx, pool, wrong, source.ID)
+		wantCode(t, err, runledger.ErrJobNotFound)
+		_, err = jobs.ReplayedFrom(ctx, pool, wrong, replayIDs[0])
+		wantCode(t, err, runledger.ErrJobNotFound)
+	}
+}
+
+func TestReplaysReadLineageInsertedByHand(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	source := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{})
+	copyJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	exec(t, ctx, pool, `INSERT INTO job_replays (replay_job_id, source_job_id, source_run_number, replay_request_key, reason)
+		VALUES ($1, $2, 1, 'manual', 'by hand')`, copyJob.ID, source.ID)
+	list, err := jobs.Replays(ctx, pool, runledger.Global(), source.ID)
+	if err != nil || len(list) != 1 || list[0].ReplayJobID != copyJob.ID || *list[0].ReplayStatus != runledger.JobStatusPending {
+		t.Fatalf("Replays = %+v, %v", list, err)
+	}
+	from, err := jobs.ReplayedFrom(ctx, pool, runledger.Global(), copyJob.ID)
+	if err != nil || from == nil || from.SourceJobID != source.ID || from.Reason != "by hand" {
+		t.Fatalf("ReplayedFrom = %+v, %v", from, err)
+	}
+}
+
+func TestListPagesNewestFirstWithinScope(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := uuid.New()
+	var global, orgJobs []uuid.UUID
+	for i := 0; i < 5; i++ {
+		global = append(global, enqueue(t, ctx, pool, jobs.EnqueueRequest{}).ID)
+		if i < 2 {
+			orgJobs = append(orgJobs, enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)}).ID)
+		}
+	}
+	var got []uuid.UUID
+	var before *jobs.Cursor
+	pages := 0
+	for {
+		p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Limit: 2, Before: before})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		got = append(got, ids(p.Jobs)...)
+		if p.Next == nil {
+			break
+		}
+		before = p.Next
+	}
+	want := []uuid.UUID{global[4], global[3], global[2], global[1], global[0]}
+	if !sameIDs(got, want) || pages != 3 {
+		t.Fatalf("global pages gave %v in %d pages, want %v in 3", got, pages, want)
+	}
+	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Organization(org), Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameIDs(ids(p.Jobs), []uuid.UUID{orgJobs[1], orgJobs[0]}) || p.Next != nil {
+		t.Fatalf("org page = %v next %v", ids(p.Jobs), p.Next)
+	}
+	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Organization(org), Limit: 1, Before: &jobs.Cursor{CreatedAt: p.Jobs[0].CreatedAt, ID: p.Jobs[0].ID}})
+	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{orgJobs[0]}) {
+		t.Fatalf("org page after cursor = %v, %v", ids(p.Jobs), err)
+	}
+}
+
+func TestListByStatus(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := uuid.New()
+	scope := runledger.Organization(org)
+	enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	done := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{Scope: scope})
+	globalDone := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{})
+
+	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: scope, Status: ptr(runledger.JobStatusSucceeded), Limit: 10})
+	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{done.ID}) || p.Next != nil {
+		t.Fatalf("org SUCCEEDED = %v next %v, %v", ids(p.Jobs), p.Next, err)
+	}
+	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: ptr(runledger.JobStatusSucceeded), Limit: 10})
+	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{globalDone.ID}) {
+		t.Fatalf("global SUCCEEDED = %v, %v", ids(p.Jobs), err)
+	}
+	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: ptr(runledger.JobStatusPending), Limit: 10})
+	if err != nil || len(p.Jobs) != 0 {
+		t.Fatalf("global PENDING = %v, %v", ids(p.Jobs), err)
+	}
+}
+
+func TestListAllAcrossScopes(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
+	a := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	b := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New()), JobType: "sms"})
+	c := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
+
+	p, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 2})
+	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{c.ID, b.ID}) || p.Next == nil {
+		t.Fatalf("first page = %v next %v, %v", ids(p.Jobs), p.Next, err)
+	}
+	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 2, Before: p.Next})
+	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{a.ID}) || p.Next != nil {
+		t.Fatalf("second page = %v next %v, %v", ids(p.Jobs), p.Next, err)
+	}
+	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{JobType: "email", Status: ptr(runledger.JobStatusPending), Limit: 10})
+	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{c.ID, a.ID}) {
+		t.Fatalf("email PENDING = %v, %v", ids(p.Jobs), err)
+	}
+}

@@ -1,0 +1,126 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/txn"
+)
+
+// WorkflowStepRequest asks for a job owned by a new workflow step.
+type WorkflowStepRequest struct {
+	// WorkflowType names the kind of workflow run created to own the step.
+	WorkflowType string
+	// StepKey names the step within its run.
+	StepKey string
+	// Job is the step's job; it must be unkeyed. The run belongs to the
+	// job's scope.
+	Job EnqueueRequest
+}
+
+// Validate checks the request without touching the database: workflow
+// type (job.workflow_type_invalid) and step key
+// (job.workflow_step_key_invalid) non-blank and clean, the job unkeyed
+// (job.workflow_step_job_keyed) and valid (EnqueueRequest.Validate).
+func (r WorkflowStepRequest) Validate() error {
+	if strings.TrimSpace(r.WorkflowType) == "" || !cleanText(r.WorkflowType) {
+		return invalid(runledger.ErrWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
+	}
+	if strings.TrimSpace(r.StepKey) == "" || !cleanText(r.StepKey) {
+		return invalid(runledger.ErrWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
+	}
+	if r.Job.IdempotencyKey != "" {
+		return invalid(runledger.ErrWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed")
+	}
+	return r.Job.Validate()
+}
+
+// WorkflowStepJob is the job a workflow step owns, with the run and step
+// created for it.
+type WorkflowStepJob struct {
+	WorkflowRunID  uuid.UUID     `json:"workflow_run_id"`
+	WorkflowStepID uuid.UUID     `json:"workflow_step_id"`
+	Job            runledger.Job `json:"job"`
+}
+
+// EnqueueWorkflowStep enqueues a job owned by a workflow step, in a READ
+// COMMITTED transaction of its own: the job and its ENQUEUED event (as
+// Enqueue, unkeyed), a new workflow run of the job's scope, and a JOB step
+// that owns the job. All three commit together or not at all. The job is
+// then workflow-managed: compare-and-replay refuses it
+// (runledger.ErrWorkflowManaged). A missing or disabled definition is
+// runledger.ErrDefinitionNotFoundOrDisabled and writes nothing.
+func EnqueueWorkflowStep(ctx context.Context, pool *pgxpool.Pool, req WorkflowStepRequest) (WorkflowStepJob, error) {
+	if err := req.Validate(); err != nil {
+		return WorkflowStepJob{}, err
+	}
+	return txn.ReadCommitted(ctx, pool, "workflow step enqueue", func(tx pgx.Tx) (WorkflowStepJob, error) {
+		return enqueueWorkflowStep(ctx, tx, req)
+	})
+}
+
+// EnqueueWorkflowStepTx is EnqueueWorkflowStep inside the caller's
+// transaction, which it never commits or rolls back. Any isolation level
+// works (the job is unkeyed).
+func EnqueueWorkflowStepTx(ctx context.Context, tx pgx.Tx, req WorkflowStepRequest) (WorkflowStepJob, error) {
+	if err := req.Validate(); err != nil {
+		return WorkflowStepJob{}, err
+	}
+	return enqueueWorkflowStep(ctx, tx, req)
+}
+
+func enqueueWorkflowStep(ctx context.Context, tx pgx.Tx, req WorkflowStepRequest) (WorkflowStepJob, error) {
+	params, err := enqueueParams(req.Job)
+	if err != nil {
+		return WorkflowStepJob{}, err
+	}
+	enq, err := enqueueUnkeyed(ctx, tx, params)
+	if err != nil {
+		return WorkflowStepJob{}, err
+	}
+	runID, err := uuid.NewV7()
+	if err != nil {
+		return WorkflowStepJob{}, runledger.InvariantViolated("generate workflow run id: " + err.Error())
+	}
+	stepID, err := uuid.NewV7()
+	if err != nil {
+		return WorkflowStepJob{}, runledger.InvariantViolated("generate workflow step id: " + err.Error())
+	}
+	run, err := queries.WorkflowRunInsert(ctx, tx, db.WorkflowRunInsertParams{
+		ID: runID, WorkflowType: req.WorkflowType, OrganizationID: req.Job.Scope.OrganizationIDPtr(),
+	})
+	if err != nil {
+		return WorkflowStepJob{}, dberr.Translate(ctx, "insert workflow run", err)
+	}
+	jobID := enq.Job.ID
+	step, err := queries.WorkflowStepInsert(ctx, tx, db.WorkflowStepInsertParams{
+		ID: stepID, WorkflowRunID: run.ID, StepKey: req.StepKey,
+		ExecutionKind: db.WorkflowStepExecutionKindJOB, JobID: &jobID,
+	})
+	if err != nil {
+		return WorkflowStepJob{}, dberr.Translate(ctx, "insert workflow step", err)
+	}
+	return WorkflowStepJob{WorkflowRunID: run.ID, WorkflowStepID: step.ID, Job: enq.Job}, nil
+}
+
+// WorkflowStepFor returns the id of the workflow step that owns a job, or
+// nil when no step owns it (a direct job, or no such job). It is not
+// scoped: authorize the job first (Get). No lock.
+func WorkflowStepFor(ctx context.Context, q Querier, jobID uuid.UUID) (*uuid.UUID, error) {
+	step, err := queries.WorkflowStepGetForJob(ctx, q, &jobID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, dberr.Translate(ctx, "get workflow step for job", err)
+	}
+	return &step.ID, nil
+}
