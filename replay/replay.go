@@ -87,10 +87,10 @@ func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error
 // are nil outside tests.
 var testHooks struct {
 	// beforeSourceLock runs before each locking read; attempt counts from 1.
-	beforeSourceLock func(ctx context.Context, attempt int)
+	beforeSourceLock func(ctx context.Context, source uuid.UUID, attempt int)
 	// afterLockMiss runs after a locking read that returned no row, before
 	// the unlocked classification read.
-	afterLockMiss func(ctx context.Context, attempt int)
+	afterLockMiss func(ctx context.Context, source uuid.UUID, attempt int)
 }
 
 var queries = db.New()
@@ -171,7 +171,7 @@ func existingOutcome(req Request, row db.JobReplayGetForRequestRow) (Outcome, er
 func lockSource(ctx context.Context, tx pgx.Tx, req Request) (db.JobQueue, Outcome, error) {
 	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
 		if h := testHooks.beforeSourceLock; h != nil {
-			h(ctx, attempt)
+			h(ctx, req.SourceJobID, attempt)
 		}
 		locked, err := queries.JobLockEligibleReplaySource(ctx, tx, db.JobLockEligibleReplaySourceParams{
 			ID:                req.SourceJobID,
@@ -188,7 +188,7 @@ func lockSource(ctx context.Context, tx pgx.Tx, req Request) (db.JobQueue, Outco
 			return db.JobQueue{}, nil, dberr.Translate(ctx, "lock successful job replay source", err)
 		}
 		if h := testHooks.afterLockMiss; h != nil {
-			h(ctx, attempt)
+			h(ctx, req.SourceJobID, attempt)
 		}
 
 		actual, err := queries.JobGetReplaySourceForClassification(ctx, tx, db.JobGetReplaySourceForClassificationParams{

@@ -51,8 +51,19 @@ func ReadCommitted[T any](ctx context.Context, b Beginner, op string, fn func(pg
 }
 
 // Rollback rolls tx back with a context that survives the caller's
-// cancellation, bounded by RollbackTimeout.
+// cancellation, bounded by RollbackTimeout. When the connection is already
+// closed (pgx closes it when a context ends mid-statement) there is nothing
+// to roll back; it first waits for pgx's cleanup, which sends the server a
+// cancel request, so the server-side transaction is already being aborted
+// when Rollback returns. Either way tx.Rollback runs, which returns a pooled
+// connection to its pool.
 func Rollback(ctx context.Context, tx pgx.Tx) {
+	if conn := tx.Conn(); conn != nil && conn.IsClosed() {
+		select {
+		case <-conn.PgConn().CleanupDone():
+		case <-time.After(RollbackTimeout):
+		}
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
 	defer cancel()
 	_ = tx.Rollback(rctx)

@@ -1,0 +1,236 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/replay"
+)
+
+func beginTx(t *testing.T, ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) (pgx.Tx, uint32) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx, tx.Conn().PgConn().PID()
+}
+
+func TestExistingOutcomeLocksTheReplayUntilTheTransactionEnds(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
+	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+
+	tx, pid := beginTx(t, ctx, pool)
+	got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
+	if got.Disposition != replay.DispositionExisting || got.Replay.Status != runledger.JobStatusPending || got.Replay.RunNumber != 1 {
+		t.Fatalf("existing %+v", got)
+	}
+	if holders := rowLockHolders(t, pool, first.Replay.JobID); !reflect.DeepEqual(holders, []uint32{pid}) {
+		t.Fatalf("replay row held by %v, want the replay transaction %d", holders, pid)
+	}
+	if locks := probeRowLocks(t, pool, first.Replay.JobID); !locks.heldNoKeyUpdate() {
+		t.Fatalf("replay row locks %+v, want FOR NO KEY UPDATE", locks)
+	}
+	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
+		t.Fatalf("source locked %+v on the Existing path", locks)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if locks := probeRowLocks(t, pool, first.Replay.JobID); !locks.unlocked() {
+		t.Fatalf("replay still locked after commit: %+v", locks)
+	}
+}
+
+func TestConflictMismatchAndNotFoundHoldNoRowLock(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+
+	cases := []struct {
+		name string
+		req  replay.Request
+		want func(replay.Outcome, error) bool
+	}{
+		{"conflict", replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "other"},
+			func(_ replay.Outcome, err error) bool { return errors.Is(err, runledger.ErrReplayIdempotencyConflict) }},
+		{"mismatch", replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 2, Key: "k2", Reason: "r"},
+			func(o replay.Outcome, err error) bool { _, ok := o.(replay.ExpectationMismatch); return err == nil && ok }},
+		{"not found", replay.Request{Scope: runledger.Organization(uuid.New()), SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k3", Reason: "r"},
+			func(o replay.Outcome, err error) bool { _, ok := o.(replay.NotFound); return err == nil && ok }},
+	}
+	for _, c := range cases {
+		tx, _ := beginTx(t, ctx, pool)
+		out, err := replay.SucceededJobTx(ctx, tx, c.req)
+		if !c.want(out, err) {
+			t.Fatalf("%s: outcome %v err %v", c.name, out, err)
+		}
+		for _, id := range []uuid.UUID{sourceID, first.Replay.JobID} {
+			if locks := probeRowLocks(t, pool, id); !locks.unlocked() {
+				t.Fatalf("%s: job %s locked %+v while the transaction is open", c.name, id, locks)
+			}
+		}
+		_ = tx.Rollback(ctx)
+	}
+}
+
+func TestInsertPathHoldsTheSourceAndDefinitionLocks(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+
+	tx, pid := beginTx(t, ctx, pool)
+	got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	if got.Disposition != replay.DispositionInserted {
+		t.Fatalf("%+v", got)
+	}
+	if holders := rowLockHolders(t, pool, sourceID); !reflect.DeepEqual(holders, []uint32{pid}) {
+		t.Fatalf("source held by %v, want %d", holders, pid)
+	}
+	if locks := probeRowLocks(t, pool, sourceID); !locks.heldNoKeyUpdate() {
+		t.Fatalf("source locks %+v, want FOR NO KEY UPDATE (KEY SHARE still allowed)", locks)
+	}
+	// The definition is share-locked: readers and other sharers pass, a
+	// writer waits.
+	probeDef := func(mode string) bool {
+		ptx, _ := beginTx(t, ctx, pool)
+		defer ptx.Rollback(ctx) //nolint:errcheck
+		_, err := ptx.Exec(ctx, `SELECT 1 FROM job_definitions WHERE job_type = 'email' `+mode+` NOWAIT`)
+		return err != nil
+	}
+	if probeDef("FOR SHARE") || !probeDef("FOR UPDATE") {
+		t.Fatal("job definition is not held FOR SHARE by the replay transaction")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
+		t.Fatalf("source still locked after commit: %+v", locks)
+	}
+}
+
+// A request that waited for the source lock sees the lineage the lock holder
+// committed: the same reason resolves to Existing, another reason to a
+// conflict that keeps the source locked until the caller ends its
+// transaction.
+func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, reason string
+	}{{"same reason", "r"}, {"other reason", "other"}} {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			pool := testdb.New(t)
+			sourceID := seed(t, pool, succeeded(runledger.Global()))
+
+			holder, _ := beginTx(t, ctx, pool)
+			held := mustReplayed(t)(replay.SucceededJobTx(ctx, holder, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+
+			waiter, waiterPID := beginTx(t, ctx, pool)
+			type result struct {
+				out replay.Outcome
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				out, err := replay.SucceededJobTx(ctx, waiter, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: c.reason})
+				done <- result{out, err}
+			}()
+			waitUntilWaitingOnLock(t, pool, waiterPID)
+			if err := holder.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			res := <-done
+			if c.reason == "r" {
+				got := checkReplayed(t, res.out, res.err)
+				if got.Disposition != replay.DispositionExisting || got.Replay.JobID != held.Replay.JobID {
+					t.Fatalf("waiter got %+v, holder inserted %s", got, held.Replay.JobID)
+				}
+				if holders := rowLockHolders(t, pool, held.Replay.JobID); !reflect.DeepEqual(holders, []uint32{waiterPID}) {
+					t.Fatalf("replay held by %v, want the waiter %d", holders, waiterPID)
+				}
+			} else if !errors.Is(res.err, runledger.ErrReplayIdempotencyConflict) {
+				t.Fatalf("waiter got %v %v, want a conflict", res.out, res.err)
+			}
+			if holders := rowLockHolders(t, pool, sourceID); !reflect.DeepEqual(holders, []uint32{waiterPID}) {
+				t.Fatalf("source held by %v, want the waiter %d until it ends", holders, waiterPID)
+			}
+			_ = waiter.Rollback(ctx)
+			if n := countRows(t, pool, "job_replays"); n != 1 {
+				t.Fatalf("%d lineage rows", n)
+			}
+		})
+	}
+}
+
+func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := poolWith(t, 4, map[string]string{"application_name": "replay-cancel-test"})
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+
+	// Another transaction holds the source.
+	holder, _ := beginTx(t, ctx, pool)
+	mustExec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, sourceID)
+
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := replay.SucceededJob(callCtx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+		done <- err
+	}()
+	// Find the replay's backend waiting on the lock, then cancel.
+	var waiterPID int32
+	waitUntil(t, "the replay to wait for the source lock", func() bool {
+		waiterPID = scalar[int32](t, pool, `
+			SELECT coalesce(min(l.pid), 0) FROM pg_locks l
+			WHERE NOT l.granted AND l.pid <> $1 AND l.pid <> pg_backend_pid()`,
+			int32(holder.Conn().PgConn().PID()))
+		return waiterPID != 0
+	})
+	cancel()
+	err := <-done
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want it to wrap context.Canceled", err)
+	}
+	if runledger.CategoryOf(err) != runledger.CategoryTransient {
+		t.Fatalf("category %s", runledger.CategoryOf(err))
+	}
+	// Nothing remains of the canceled call: its backend stops waiting (the
+	// cancel request pgx sent is handled by the server asynchronously, so
+	// poll) while the holder still holds the source; then no rows, no locks.
+	waitUntil(t, "the canceled backend to stop waiting", func() bool {
+		return scalar[int64](t, pool, `SELECT count(*) FROM pg_locks WHERE pid = $1`, waiterPID) == 0
+	})
+	_ = holder.Rollback(ctx)
+	if n := countRows(t, pool, "job_queue"); n != 1 {
+		t.Fatalf("%d jobs", n)
+	}
+	if n := countRows(t, pool, "job_replays") + countRows(t, pool, "job_events"); n != 0 {
+		t.Fatal("canceled replay wrote lineage or events")
+	}
+	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
+		t.Fatalf("source still locked: %+v", locks)
+	}
+	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+}
