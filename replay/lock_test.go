@@ -71,7 +71,10 @@ func TestConflictMismatchAndNotFoundHoldNoRowLock(t *testing.T) {
 		{"conflict", replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "other"},
 			func(_ replay.Outcome, err error) bool { return errors.Is(err, runledger.ErrReplayIdempotencyConflict) }},
 		{"mismatch", replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 2, Key: "k2", Reason: "r"},
-			func(o replay.Outcome, err error) bool { _, ok := o.(replay.ExpectationMismatch); return err == nil && ok }},
+			func(o replay.Outcome, err error) bool {
+				_, ok := o.(replay.ExpectationMismatch)
+				return err == nil && ok
+			}},
 		{"not found", replay.Request{Scope: runledger.Organization(uuid.New()), SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k3", Reason: "r"},
 			func(o replay.Outcome, err error) bool { _, ok := o.(replay.NotFound); return err == nil && ok }},
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 )
@@ -83,16 +84,6 @@ func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error
 	return run(ctx, tx, req)
 }
 
-// testHooks let tests act between the statements of the lock loop. They
-// are nil outside tests.
-var testHooks struct {
-	// beforeSourceLock runs before each locking read; attempt counts from 1.
-	beforeSourceLock func(ctx context.Context, source uuid.UUID, attempt int)
-	// afterLockMiss runs after a locking read that returned no row, before
-	// the unlocked classification read.
-	afterLockMiss func(ctx context.Context, source uuid.UUID, attempt int)
-}
-
 var queries = db.New()
 
 // run is the body shared by both entry points; tx is READ COMMITTED.
@@ -102,6 +93,7 @@ func run(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
 	if out, err := findExisting(ctx, tx, req); out != nil || err != nil {
 		return out, err
 	}
+	failpoint.Inject(ctx, failpoint.ReplayAfterLookup, call(req, 0))
 	// 2. Lock the source while it is eligible, or classify why it is not.
 	source, out, err := lockSource(ctx, tx, req)
 	if out != nil || err != nil {
@@ -113,8 +105,17 @@ func run(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
 	if out, err := findExisting(ctx, tx, req); out != nil || err != nil {
 		return out, err
 	}
+	failpoint.Inject(ctx, failpoint.ReplayAfterSourceLock, call(req, 0))
 	// 4. Create the replay, its event and the lineage in one statement.
-	return insertReplay(ctx, tx, req, source)
+	out, err = insertReplay(ctx, tx, req, source)
+	if err == nil {
+		failpoint.Inject(ctx, failpoint.ReplayAfterInsert, call(req, 0))
+	}
+	return out, err
+}
+
+func call(req Request, attempt int) failpoint.ReplayCall {
+	return failpoint.ReplayCall{SourceJobID: req.SourceJobID, Key: req.Key, Attempt: attempt}
 }
 
 // findExisting looks up the lineage of (source, expected run, key) in the
@@ -170,9 +171,7 @@ func existingOutcome(req Request, row db.JobReplayGetForRequestRow) (Outcome, er
 // eligible after all (it changed between the statements), another attempt.
 func lockSource(ctx context.Context, tx pgx.Tx, req Request) (db.JobQueue, Outcome, error) {
 	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
-		if h := testHooks.beforeSourceLock; h != nil {
-			h(ctx, req.SourceJobID, attempt)
-		}
+		failpoint.Inject(ctx, failpoint.ReplayBeforeSourceLock, call(req, attempt))
 		locked, err := queries.JobLockEligibleReplaySource(ctx, tx, db.JobLockEligibleReplaySourceParams{
 			ID:                req.SourceJobID,
 			OrganizationID:    req.Scope.OrganizationIDPtr(),
@@ -187,9 +186,7 @@ func lockSource(ctx context.Context, tx pgx.Tx, req Request) (db.JobQueue, Outco
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return db.JobQueue{}, nil, dberr.Translate(ctx, "lock successful job replay source", err)
 		}
-		if h := testHooks.afterLockMiss; h != nil {
-			h(ctx, req.SourceJobID, attempt)
-		}
+		failpoint.Inject(ctx, failpoint.ReplayAfterLockMiss, call(req, attempt))
 
 		actual, err := queries.JobGetReplaySourceForClassification(ctx, tx, db.JobGetReplaySourceForClassificationParams{
 			ID:             req.SourceJobID,

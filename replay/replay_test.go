@@ -47,14 +47,14 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 
 	// The replay copies type, tenant, payload and settings, and nothing else.
 	var (
-		jobType, stage, status                               string
-		orgID                                                *uuid.UUID
-		payload                                              []byte
-		priority, run, attempt, maxAttempts, timeout         int32
-		progressDone, progressTotal                          *int64
-		checkpoint, output, enqueueRequest                   []byte
-		idemKey, workerID, statusReason, lastErr             *string
-		nextRunIsNow, noTimes                                bool
+		jobType, stage, status                       string
+		orgID                                        *uuid.UUID
+		payload                                      []byte
+		priority, run, attempt, maxAttempts, timeout int32
+		progressDone, progressTotal                  *int64
+		checkpoint, output, enqueueRequest           []byte
+		idemKey, workerID, statusReason, lastErr     *string
+		nextRunIsNow, noTimes                        bool
 	)
 	if err := pool.QueryRow(ctx, `
 		SELECT job_type, organization_id, payload, status::text, priority, run_number, attempt,

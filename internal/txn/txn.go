@@ -15,6 +15,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/failpoint"
 )
 
 // Beginner starts transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
@@ -39,11 +40,13 @@ func ReadCommitted[T any](ctx context.Context, b Beginner, op string, fn func(pg
 	if err != nil {
 		return zero, dberr.Translate(ctx, "begin "+op+" transaction", err)
 	}
+	failpoint.Inject(ctx, failpoint.TxnAfterBegin, failpoint.TxnCall{Op: op})
 	out, err := fn(tx)
 	if err != nil {
 		Rollback(ctx, tx)
 		return zero, err
 	}
+	failpoint.Inject(ctx, failpoint.TxnBeforeCommit, failpoint.TxnCall{Op: op})
 	if err := tx.Commit(ctx); err != nil {
 		return zero, dberr.CommitUnconfirmed("commit "+op+" transaction", err)
 	}

@@ -1,0 +1,173 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/replay"
+)
+
+var validationCases = []struct {
+	name        string
+	key, reason string
+	code        string
+}{
+	{"blank key", " ", "r", runledger.CodeReplayRequestKeyBlank},
+	{"empty key", "", "r", runledger.CodeReplayRequestKeyBlank},
+	{"unicode-blank key", "\u00a0\u2003\t\n", "r", runledger.CodeReplayRequestKeyBlank},
+	{"key with NUL", "a\x00b", "r", runledger.CodeReplayRequestKeyInvalid},
+	{"key with invalid UTF-8", "a\xffb", "r", runledger.CodeReplayRequestKeyInvalid},
+	{"513-byte key", strings.Repeat("k", 513), "r", runledger.CodeReplayRequestKeyTooLong},
+	{"blank key wins over a bad reason", "\t", "", runledger.CodeReplayRequestKeyBlank},
+	{"tab reason", "k", "\t", runledger.CodeReplayReasonBlank},
+	{"reason with NUL", "k", "why\x00", runledger.CodeReplayReasonInvalid},
+	{"reason with invalid UTF-8", "k", "\xc3\x28", runledger.CodeReplayReasonInvalid},
+	{"4097-byte reason", "k", strings.Repeat("r", 4097), runledger.CodeReplayReasonTooLong},
+}
+
+func TestValidationCodes(t *testing.T) {
+	t.Parallel()
+	for _, c := range validationCases {
+		err := replay.Request{Key: c.key, Reason: c.reason}.Validate()
+		e := wantCode(t, err, c.code)
+		if e.Category != runledger.CategoryValidation || e.Message == "" || e.Detail == "" {
+			t.Errorf("%s: %+v", c.name, e)
+		}
+	}
+	// The limits themselves are accepted; keys are measured in bytes.
+	for _, ok := range []replay.Request{
+		{Key: strings.Repeat("k", 512), Reason: strings.Repeat("r", 4096)},
+		{Key: strings.Repeat("é", 256), Reason: "ok"}, // 512 bytes
+		{Key: " padded ", Reason: " padded "},
+	} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("valid request refused: %v", err)
+		}
+	}
+	if err := (replay.Request{Key: strings.Repeat("é", 257), Reason: "r"}).Validate(); runledger.CodeOf(err) != runledger.CodeReplayRequestKeyTooLong {
+		t.Errorf("514-byte key: %v", err)
+	}
+}
+
+// closedPool returns a pool that was opened lazily and closed: any database
+// work fails, so a validation error proves none was attempted.
+func closedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	return pool
+}
+
+func TestOwnedPathValidatesBeforeTakingAConnection(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := closedPool(t)
+	for _, c := range validationCases {
+		_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: c.key, Reason: c.reason})
+		wantCode(t, err, c.code)
+	}
+	// A valid request does reach for a connection, and the closed pool's
+	// failure is classified, with the operation named in the detail.
+	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	e := wantCode(t, err, runledger.CodeQueryFailed)
+	if e.Category != runledger.CategoryInternal || !strings.Contains(e.Detail, "successful job replay") {
+		t.Fatalf("closed pool: %+v", e)
+	}
+}
+
+func TestCallerTransactionPathValidatesBeforeTouchingTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	// Break the transaction's connection: any statement would now fail.
+	if err := tx.Conn().Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range validationCases {
+		_, err := replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: c.key, Reason: c.reason})
+		wantCode(t, err, c.code)
+	}
+	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	if e := wantCode(t, err, runledger.CodeTransient); !strings.Contains(e.Detail, "inspect transaction isolation") {
+		t.Fatalf("dead connection: %+v", e)
+	}
+}
+
+func TestLongestKeyIsAcceptedAndStored(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	key := strings.Repeat("é", 256)
+	out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: key, Reason: "r"})
+	if _, ok := out.(replay.NotFound); err != nil || !ok {
+		t.Fatalf("512-byte key on a missing source: %v %v", out, err)
+	}
+	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: key, Reason: " spaced\treason "}))
+	if stored := scalar[string](t, pool, `SELECT replay_request_key || '|' || reason FROM job_replays`); stored != key+"| spaced\treason " {
+		t.Fatalf("stored %q: key and reason must be stored untrimmed", stored)
+	}
+}
+
+func TestOwnedPathOverridesARepeatableReadSessionDefault(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	// One connection whose session default is REPEATABLE READ.
+	pool := poolWith(t, 1, map[string]string{"default_transaction_isolation": "repeatable read"})
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+
+	out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	if _, ok := out.(replay.NotFound); err != nil || !ok {
+		t.Fatalf("owned path on a repeatable-read session: %v %v", out, err)
+	}
+	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+
+	tx, err := pool.Begin(ctx) // inherits the session default
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "", Reason: "r"})
+	wantCode(t, err, runledger.CodeReplayRequestKeyBlank)
+	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	if !errors.Is(err, runledger.ErrReplayUnsupportedIsolation) {
+		t.Fatalf("caller transaction on a repeatable-read session: %v", err)
+	}
+}
+
+func TestOwnedPathRollsBackOnErrorAndCommitsOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	// An outcome commits: the replay is visible to another connection.
+	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM job_queue WHERE id = $1`, got.Replay.JobID); n != 1 {
+		t.Fatal("inserted replay not committed")
+	}
+	// An error after writing rolls back: a replay that the lineage insert
+	// refuses (a CHECK this test adds) leaves no job behind.
+	mustExec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_no_second CHECK (replay_request_key <> 'refused')`)
+	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
+	if e := wantCode(t, err, runledger.CodeBusinessRuleViolation); e.Constraint != "test_no_second" || e.SQLState != "23514" {
+		t.Fatalf("%+v", e)
+	}
+	if n := countRows(t, pool, "job_queue"); n != 2 {
+		t.Fatalf("%d jobs: the refused replay was not rolled back", n)
+	}
+}
