@@ -32,7 +32,9 @@ type Status = pgoose.MigrationStatus
 // a PostgreSQL session advisory lock. Note that the Provider's Close closes
 // db.
 func NewProvider(db *sql.DB) (*pgoose.Provider, error) {
-	locker, err := lock.NewPostgresSessionLocker()
+	// Retry every second (goose's default is 5) for up to five minutes: a
+	// second migrator usually waits well under a second for the first.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return nil, fmt.Errorf("goose: create session locker: %w", err)
 	}

@@ -122,12 +122,12 @@ CREATE INDEX idx_job_queue_claim
     ON job_queue (status, priority DESC, next_run_at, created_at)
     WHERE status = 'PENDING';
 
--- Leases that ran out (JobLeaseExpiredLock).
+-- Leases that ran out (JobRecoverExpiredLeases).
 CREATE INDEX idx_job_queue_leased_expiry
     ON job_queue (lease_expires_at)
     WHERE status = 'LEASED';
 
--- Status listings within one organization (JobListOrgByStatus).
+-- Status listings within one scope (JobListOrgByStatus, JobListGlobalByStatus).
 CREATE INDEX idx_job_queue_org_status_created
     ON job_queue (organization_id, status, created_at DESC);
 
@@ -135,8 +135,9 @@ CREATE INDEX idx_job_queue_org_status_created
 CREATE INDEX idx_job_queue_type_status_created
     ON job_queue (job_type, status, created_at DESC);
 
--- Newest-first pages within one scope (JobListScopePage) and across all
--- scopes (JobListAllPage); the id breaks ties so keyset cursors are exact.
+-- Newest-first pages within one scope (JobListGlobalPage, JobListOrgPage)
+-- and across all scopes (JobListAllPage); the id breaks ties so keyset
+-- cursors are exact.
 CREATE INDEX idx_job_queue_scope_created_id
     ON job_queue (organization_id, created_at DESC, id DESC);
 CREATE INDEX idx_job_queue_created_id

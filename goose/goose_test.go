@@ -1,0 +1,270 @@
+package goose_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	pgoose "github.com/pressly/goose/v3"
+
+	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+const latest = 4
+
+func open(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// objects lists the schema's user objects: tables, views, types, functions.
+func objects(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var s string
+	err := db.QueryRow(`
+		SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM (
+		    SELECT relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'v', 'i', 'S') AND relname NOT LIKE 'goose_db_version%'
+		    UNION ALL
+		    SELECT typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+		    WHERE n.nspname = 'public' AND t.typtype = 'e'
+		    UNION ALL
+		    SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		    WHERE n.nspname = 'public') o`).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestMigrationsGoUpDownToZeroAndUpAgain(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	db := open(t, testdb.NewEmpty(t))
+
+	if err := goose.Up(c, db); err != nil {
+		t.Fatal(err)
+	}
+	first := objects(t, db)
+	for _, want := range []string{"job_queue", "job_events", "job_replays", "job_definitions", "workflow_steps",
+		"job_execution_resource_claims", "job_status", "job_event_type", "uq_job_replays_source_request"} {
+		if !strings.Contains(first, want) {
+			t.Fatalf("after up, %s is missing from %s", want, first)
+		}
+	}
+	if cur, lat, err := goose.Version(c, db); err != nil || cur != latest || lat != latest {
+		t.Fatalf("version %d/%d %v, want %d", cur, lat, err, latest)
+	}
+	if err := goose.Up(c, db); err != nil { // nothing pending: no-op
+		t.Fatal(err)
+	}
+
+	res, err := goose.DownTo(c, db, 0)
+	if err != nil || len(res) != latest {
+		t.Fatalf("down to zero: %d results, %v", len(res), err)
+	}
+	if left := objects(t, db); left != "" {
+		t.Fatalf("down to zero left %s", left)
+	}
+	if cur, _, err := goose.Version(c, db); err != nil || cur != 0 {
+		t.Fatalf("version after down: %d %v", cur, err)
+	}
+	if _, err := goose.Down(c, db); !errors.Is(err, pgoose.ErrNoNextVersion) {
+		t.Fatalf("down at zero: %v", err)
+	}
+
+	if err := goose.Up(c, db); err != nil {
+		t.Fatal(err)
+	}
+	if again := objects(t, db); again != first {
+		t.Fatalf("up again differs:\n%s\n%s", first, again)
+	}
+	statuses, err := goose.StatusAll(c, db)
+	if err != nil || len(statuses) != latest {
+		t.Fatalf("status: %d %v", len(statuses), err)
+	}
+	for _, s := range statuses {
+		if s.State != pgoose.StateApplied {
+			t.Fatalf("migration %d %s", s.Source.Version, s.State)
+		}
+	}
+}
+
+func TestEachDownUndoesItsOwnMigrationOnly(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	db := open(t, testdb.NewEmpty(t))
+	var snapshots []string
+	for v := int64(1); v <= latest; v++ {
+		if _, err := goose.UpTo(c, db, v); err != nil {
+			t.Fatal(err)
+		}
+		snapshots = append(snapshots, objects(t, db))
+	}
+	for v := int64(latest); v >= 2; v-- {
+		res, err := goose.Down(c, db)
+		if err != nil || res.Source.Version != v {
+			t.Fatalf("down from %d: %v %v", v, res, err)
+		}
+		if got := objects(t, db); got != snapshots[v-2] {
+			t.Fatalf("down from %d left\n%s\nwant\n%s", v, got, snapshots[v-2])
+		}
+	}
+}
+
+func TestReplayDownDropsLineageButKeepsJobs(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	db := open(t, testdb.NewEmpty(t))
+	if err := goose.Up(c, db); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, `INSERT INTO job_definitions (job_type) VALUES ('t')`)
+	mustExec(t, db, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES
+	    ('00000000-0000-0000-0000-000000000001', 't', 1), ('00000000-0000-0000-0000-000000000002', 't', 1)`)
+	mustExec(t, db, `INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, reason, replay_job_id)
+	    VALUES ('00000000-0000-0000-0000-000000000001', 1, 'k', 'r', '00000000-0000-0000-0000-000000000002')`)
+	// The foreign keys' delete actions: NO ACTION for the replay, CASCADE
+	// for the source.
+	var replayAction, sourceAction string
+	if err := db.QueryRow(`SELECT
+	    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_job_replays_replay_job'),
+	    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_job_replays_source_job')`).Scan(&replayAction, &sourceAction); err != nil {
+		t.Fatal(err)
+	}
+	if replayAction != "a" || sourceAction != "c" {
+		t.Fatalf("delete actions replay %q source %q, want a and c", replayAction, sourceAction)
+	}
+	if res, err := goose.Down(c, db); err != nil || !strings.Contains(res.Source.Path, "job_replays") {
+		t.Fatalf("down: %v %v", res, err)
+	}
+	var tables, jobs int
+	if err := db.QueryRow(`SELECT (SELECT count(*) FROM pg_class WHERE relname = 'job_replays'), (SELECT count(*) FROM job_queue)`).Scan(&tables, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 || jobs != 2 {
+		t.Fatalf("after down: job_replays tables %d, jobs %d; want 0 and 2", tables, jobs)
+	}
+}
+
+func mustExec(t *testing.T, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func TestTwoMigratorsAtOnceTakeTurns(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	url := testdb.NewEmpty(t)
+	admin := open(t, url)
+
+	// Hold goose's advisory lock so both migrators start while it is taken,
+	// then let go once both have tried for it.
+	holder, err := admin.Conn(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(c, `SELECT pg_advisory_lock(4097083626)`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		db := open(t, url+"&application_name=migrator")
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = goose.Up(c, db)
+		}(i)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var tried int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity
+		    WHERE application_name = 'migrator' AND query LIKE '%pg_try_advisory_lock%'`).Scan(&tried); err != nil {
+			t.Fatal(err)
+		}
+		if tried == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the migrators never tried for the lock")
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+	if _, err := holder.ExecContext(c, `SELECT pg_advisory_unlock(4097083626)`); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("migrator %d: %v", i, err)
+		}
+	}
+	var applied, distinct int
+	if err := admin.QueryRow(`SELECT count(*), count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0`).Scan(&applied, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if applied != latest || distinct != latest {
+		t.Fatalf("%d version rows (%d distinct), want each of %d once", applied, distinct, latest)
+	}
+}
+
+// The goose command-line tool runs goose.RunContext on a directory; this is
+// that code path pointed at schema/, sharing history with package goose.
+func TestGooseCommandLinePathUsesTheSameFiles(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	db := open(t, testdb.NewEmpty(t))
+	if err := pgoose.SetDialect("postgres"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgoose.RunContext(c, "up-to", db, "../schema", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, err := goose.Version(c, db); err != nil || cur != 2 {
+		t.Fatalf("after the CLI path's up-to 2, package goose sees %d (%v)", cur, err)
+	}
+	if err := goose.Up(c, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgoose.RunContext(c, "status", db, "../schema"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := pgoose.GetDBVersionContext(c, db); err != nil || v != latest {
+		t.Fatalf("the CLI path sees version %d (%v)", v, err)
+	}
+}
+
+// pgCode returns the SQLSTATE and constraint of a database error.
+func pgCode(err error) (string, string) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code, pgErr.ConstraintName
+	}
+	return "", ""
+}
