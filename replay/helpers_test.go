@@ -303,3 +303,5 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
 	}
 }
+
+func testdbURLForExample() (string, error) { return testdb.NewURLForExample() }

@@ -66,6 +66,9 @@ var (
 		tmpl     string
 		tmplErr  error
 		tornDown bool
+		// unowned lists databases made by NewURLForExample, dropped at
+		// teardown since no test cleanup owns them.
+		unowned []string
 	}
 )
 
@@ -140,6 +143,39 @@ func NewEmpty(t testing.TB) string {
 func AdminURL(t testing.TB) string {
 	t.Helper()
 	return mustServer(t).adminURL
+}
+
+// NewURLForExample is NewURL for code that has no testing.TB, such as the
+// Example functions of a package whose TestMain calls Main: it returns the
+// connection string of a fresh migrated clone, dropped when Main tears the
+// server down.
+func NewURLForExample() (string, error) {
+	if !mainRunning.Load() {
+		return "", errors.New("testdb: NewURLForExample needs a TestMain calling testdb.Main")
+	}
+	srv, err := getServer()
+	if err != nil {
+		return "", err
+	}
+	state.mu.Lock()
+	if state.tmpl == "" && state.tmplErr == nil {
+		state.tmpl, state.tmplErr = setupTemplate(srv)
+	}
+	tmpl, tmplErr := state.tmpl, state.tmplErr
+	state.mu.Unlock()
+	if tmplErr != nil {
+		return "", tmplErr
+	}
+	name := clonePrefix + randomHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
+		return "", fmt.Errorf("testdb: create database %s: %w", name, err)
+	}
+	state.mu.Lock()
+	state.unowned = append(state.unowned, name)
+	state.mu.Unlock()
+	return srv.dbURL(name), nil
 }
 
 // createDatabase creates a uniquely named database with the given CREATE
@@ -239,7 +275,16 @@ func teardown() error {
 	}
 	srv := state.srv
 	state.srv = nil
-	return srv.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var dropErr error
+	for _, name := range state.unowned {
+		if _, err := srv.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil && dropErr == nil {
+			dropErr = fmt.Errorf("drop database %s: %w", name, err)
+		}
+	}
+	state.unowned = nil
+	return errors.Join(dropErr, srv.close())
 }
 
 // teardownOnSignal tears the server down on SIGINT or SIGTERM and then
