@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -67,7 +66,7 @@ type EnqueueRequest struct {
 // blank after trimming Unicode white space, NUL or invalid UTF-8, over 512
 // bytes), execution resource key when set
 // (job.invalid_execution_resource_key, see
-// runledger.ValidateExecutionResourceKey; invalid UTF-8 is refused too).
+// runledger.ValidateExecutionResourceKey).
 func (r EnqueueRequest) Validate() error {
 	if err := validateJobType(r.JobType); err != nil {
 		return err
@@ -101,11 +100,6 @@ func (r EnqueueRequest) Validate() error {
 	if r.ExecutionResourceKey != "" {
 		if err := runledger.ValidateExecutionResourceKey(r.ExecutionResourceKey); err != nil {
 			return err
-		}
-		if !utf8.ValidString(r.ExecutionResourceKey) {
-			return runledger.Validation(runledger.CodeInvalidExecutionResourceKey,
-				"Execution resource key must be non-blank and at most 512 bytes.",
-				"execution resource key is not valid UTF-8")
 		}
 	}
 	return nil
