@@ -1,0 +1,521 @@
+package reliability_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/failpoint"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/replay"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// testContext bounds one test, so a statement that waits when it should not
+// fails the test instead of hanging it.
+func testContext(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// querier is what pools, connections and transactions share.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func mustExec(t testing.TB, q querier, sql string, args ...any) {
+	t.Helper()
+	if _, err := q.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", sql, err)
+	}
+}
+
+func scalar[T any](t testing.TB, q querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("query %q: %v", sql, err)
+	}
+	return v
+}
+
+// env is one test's database: admin is a pool for setup, inspection and
+// killing (application_name rl-admin), url its connection string.
+type env struct {
+	t     *testing.T
+	url   string
+	admin *pgxpool.Pool
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := testdb.NewURL(t)
+	return &env{t: t, url: url, admin: openPool(t, url, "rl-admin", 8, nil)}
+}
+
+// openPool opens a pool on url whose connections carry application_name
+// app, so the test can find their backends in pg_stat_activity.
+func openPool(t testing.TB, url, app string, maxConns int32, params map[string]string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// target opens a one-connection pool for the operation under test, with a
+// unique application_name; it returns the pool and that name.
+func (e *env) target(params map[string]string) (*pgxpool.Pool, string) {
+	app := "rl-target-" + randomHex(4)
+	return openPool(e.t, e.url, app, 1, params), app
+}
+
+// source describes a finished job seeded in SQL (setup only: it is the
+// state a worker leaves behind, with no events).
+type source struct {
+	scope       runledger.Scope
+	jobType     string
+	status      string
+	run         int32
+	resourceKey *string
+}
+
+func succeeded(scope runledger.Scope) source {
+	return source{scope: scope, jobType: "email", status: "SUCCEEDED", run: 1}
+}
+
+func defineType(t testing.TB, q querier, jobType string) {
+	t.Helper()
+	mustExec(t, q, `INSERT INTO job_definitions (job_type) VALUES ($1) ON CONFLICT DO NOTHING`, jobType)
+}
+
+func seed(t testing.TB, q querier, s source) uuid.UUID {
+	t.Helper()
+	defineType(t, q, s.jobType)
+	id := uuid.Must(uuid.NewV7())
+	mustExec(t, q, `
+		INSERT INTO job_queue (id, job_type, organization_id, payload, status, priority, run_number,
+		    attempt, max_attempts, timeout_seconds, stage, progress_done, progress_total, checkpoint,
+		    output, worker_id, started_at, finished_at, execution_resource_key, next_run_at)
+		VALUES ($1, $2, $3, '{"to":"a@example.com","n":[1,2,3]}', $4::job_status, 77, $5, 1, 5, 123,
+		    'completed', 8, 8, '{"cursor":8}', '{"sent":true}', 'worker-1', now() - interval '2 minutes',
+		    now() - interval '1 minute', $6, now() - interval '1 hour')`,
+		id, s.jobType, s.scope.OrganizationIDPtr(), s.status, s.run, s.resourceKey)
+	return id
+}
+
+// rowsJSON returns every row of a table as JSON text, ordered, so two
+// snapshots can be compared for any change.
+func rowsJSON(t testing.TB, q querier, table, orderBy string) []string {
+	t.Helper()
+	rs, err := q.Query(context.Background(), "SELECT row_to_json(x)::text FROM "+table+" x ORDER BY "+orderBy)
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", table, err)
+	}
+	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", table, err)
+	}
+	return out
+}
+
+// snapshot is the whole ledger's contents.
+type snapshot struct{ jobs, events, replays []string }
+
+func takeSnapshot(t testing.TB, q querier) snapshot {
+	t.Helper()
+	return snapshot{
+		jobs:    rowsJSON(t, q, "job_queue", "id"),
+		events:  rowsJSON(t, q, "job_events", "id"),
+		replays: rowsJSON(t, q, "job_replays", "replay_job_id"),
+	}
+}
+
+func (s snapshot) equal(o snapshot) bool { return reflect.DeepEqual(s, o) }
+
+// ---- failpoints ------------------------------------------------------------
+
+// Failpoints are process-wide and failpoint.Enable replaces the hook at a
+// name, so this package installs one dispatcher per name, once, and routes
+// each call to the hook registered for the tag carried by the call's
+// context. Tests that use failpoints can then run in parallel with each
+// other and with tests that reach the same points untagged.
+
+type tagKey struct{}
+
+var (
+	tagSeq   atomic.Uint64
+	fpMu     sync.Mutex
+	fpHooks  = map[string]map[uint64]failpoint.Hook{}
+	fpActive = map[string]bool{}
+)
+
+// tagged returns ctx carrying a new tag for onFailpoint.
+func tagged(ctx context.Context) (context.Context, uint64) {
+	id := tagSeq.Add(1)
+	return context.WithValue(ctx, tagKey{}, id), id
+}
+
+// onFailpoint runs hook at failpoint name for every call whose context
+// carries tag, until the test ends. The hook runs on the goroutine of the
+// operation.
+func onFailpoint(t testing.TB, name string, tag uint64, hook failpoint.Hook) {
+	t.Helper()
+	fpMu.Lock()
+	defer fpMu.Unlock()
+	if !fpActive[name] {
+		fpActive[name] = true
+		failpoint.Enable(name, func(ctx context.Context, arg any) {
+			id, _ := ctx.Value(tagKey{}).(uint64)
+			if id == 0 {
+				return
+			}
+			fpMu.Lock()
+			h := fpHooks[name][id]
+			fpMu.Unlock()
+			if h != nil {
+				h(ctx, arg)
+			}
+		})
+	}
+	if fpHooks[name] == nil {
+		fpHooks[name] = map[uint64]failpoint.Hook{}
+	}
+	fpHooks[name][tag] = hook
+	t.Cleanup(func() {
+		fpMu.Lock()
+		defer fpMu.Unlock()
+		delete(fpHooks[name], tag)
+	})
+}
+
+// ---- backends, locks and kills --------------------------------------------
+
+// backendOf returns the pid of the one backend whose application_name is
+// app, failing unless there is exactly one.
+func (e *env) backendOf(app string) int32 {
+	e.t.Helper()
+	rs, err := e.admin.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		e.t.Fatalf("find backend %s: %v", app, err)
+	}
+	pids, err := pgx.CollectRows(rs, pgx.RowTo[int32])
+	if err != nil || len(pids) != 1 {
+		e.t.Fatalf("backends of %s: %v, %v; want exactly one", app, pids, err)
+	}
+	return pids[0]
+}
+
+// kill terminates backend pid from the admin pool and returns once the
+// backend has exited: its transaction is rolled back and its locks are
+// released (PostgreSQL releases them before it removes the backend from
+// pg_stat_activity).
+func (e *env) kill(pid int32) {
+	e.t.Helper()
+	if !scalar[bool](e.t, e.admin, `SELECT pg_terminate_backend($1)`, pid) {
+		e.t.Fatalf("pg_terminate_backend(%d) found no such backend", pid)
+	}
+	e.waitFor(fmt.Sprintf("backend %d to exit", pid), func() bool {
+		return !scalar[bool](e.t, e.admin, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid)
+	})
+}
+
+// killApp terminates the backend of the pool whose application_name is app.
+func (e *env) killApp(app string) { e.kill(e.backendOf(app)) }
+
+// waitingPID returns the backend of app once it waits for a lock that is
+// not granted (of locktype, or any type if empty).
+func (e *env) waitingPID(app, locktype string) int32 {
+	e.t.Helper()
+	var pid int32
+	e.waitFor(app+" to wait for a lock", func() bool {
+		pid = scalar[int32](e.t, e.admin, `
+			SELECT coalesce(min(l.pid), 0) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE a.application_name = $1 AND NOT l.granted AND ($2 = '' OR l.locktype = $2)`, app, locktype)
+		return pid != 0
+	})
+	return pid
+}
+
+// waitNoLocks waits until backend pid holds and awaits no lock at all (it
+// ended its transaction or exited). pgx cancels asynchronously, so a
+// statement that returned on the client may still run on the server for a
+// moment.
+func (e *env) waitNoLocks(pid int32) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("backend %d to release its locks", pid), func() bool {
+		return scalar[int64](e.t, e.admin, `SELECT count(*) FROM pg_locks WHERE pid = $1`, pid) == 0
+	})
+}
+
+// waitFor polls cond (a catalog query) until it holds; it fails the test
+// after 30 seconds. The interval is a poll, not a synchronisation.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	waitFor(e.t, what, cond)
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval
+	}
+}
+
+// holdRow locks rows FOR UPDATE in a transaction of the admin pool and
+// returns its release.
+func (e *env) holdRow(table, where string, args ...any) (release func()) {
+	e.t.Helper()
+	ctx := context.Background()
+	tx, err := e.admin.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE "+where+" FOR UPDATE", args...); err != nil {
+		_ = tx.Rollback(ctx)
+		e.t.Fatalf("hold %s: %v", table, err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	e.t.Cleanup(release)
+	return release
+}
+
+// commitGate makes the COMMIT of any transaction that inserted into table
+// (rows matching when, a trigger WHEN condition or "") wait for advisory
+// lock key: a deferred constraint trigger takes pg_advisory_xact_lock(key)
+// at commit time. hold takes the lock on a dedicated connection, so COMMIT
+// blocks until release.
+func (e *env) commitGate(table, when string, key int64) (hold func() (release func())) {
+	e.t.Helper()
+	fn := "rl_test_gate_" + table
+	mustExec(e.t, e.admin, fmt.Sprintf(`
+		CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_advisory_xact_lock(%d);
+			RETURN NULL;
+		END $$`, fn, key))
+	cond := ""
+	if when != "" {
+		cond = "WHEN (" + when + ")"
+	}
+	mustExec(e.t, e.admin, fmt.Sprintf(`
+		CREATE CONSTRAINT TRIGGER %s AFTER INSERT ON %s
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW %s EXECUTE FUNCTION %s()`, fn, table, cond, fn))
+	return func() func() {
+		ctx := context.Background()
+		conn, err := e.admin.Acquire(ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		mustExec(e.t, conn, `SELECT pg_advisory_lock($1)`, key)
+		var once sync.Once
+		release := func() {
+			once.Do(func() {
+				mustExec(e.t, conn, `SELECT pg_advisory_unlock($1)`, key)
+				conn.Release()
+			})
+		}
+		e.t.Cleanup(release)
+		return release
+	}
+}
+
+// ---- errors ----------------------------------------------------------------
+
+func detail(err error) string {
+	var e *runledger.Error
+	if errors.As(err, &e) {
+		return fmt.Sprintf("%s/%s sqlstate=%q: %s", e.Code, e.Category, e.SQLState, e.Detail)
+	}
+	return fmt.Sprintf("%T %v", err, err)
+}
+
+// wantTransient fails unless err is a *runledger.Error of category
+// transient.
+func wantTransient(t testing.TB, err error) *runledger.Error {
+	t.Helper()
+	var e *runledger.Error
+	if !errors.As(err, &e) || e.Category != runledger.CategoryTransient || !runledger.IsTransient(err) {
+		t.Fatalf("error %v (%s), want category transient", err, detail(err))
+	}
+	if errors.Is(err, runledger.ErrCommitUnconfirmed) {
+		t.Fatalf("error %v is both transient and commit-unconfirmed", err)
+	}
+	return e
+}
+
+// wantCommitUnconfirmed fails unless err matches runledger.ErrCommitUnconfirmed.
+func wantCommitUnconfirmed(t testing.TB, err error) {
+	t.Helper()
+	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.CodeCommitUnconfirmed {
+		t.Fatalf("error %v (%s), want db.transaction_commit_unconfirmed", err, detail(err))
+	}
+	if runledger.IsTransient(err) {
+		t.Fatalf("commit-unconfirmed error %v is also transient", err)
+	}
+}
+
+// errClass names the class of an error for counting: "transient",
+// "commit_unconfirmed", or the code.
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, runledger.ErrCommitUnconfirmed):
+		return "commit_unconfirmed"
+	case runledger.IsTransient(err):
+		return "transient"
+	}
+	if c := runledger.CodeOf(err); c != "" {
+		return c
+	}
+	return "untyped"
+}
+
+// ---- replay checks ---------------------------------------------------------
+
+func req(source uuid.UUID, key, reason string) replay.Request {
+	return replay.Request{Scope: runledger.Global(), SourceJobID: source, ExpectedRunNumber: 1, Key: key, Reason: reason}
+}
+
+// mustReplayed returns a function that fails the test unless its arguments
+// are a Replayed outcome and no error: mustReplayed(t)(replay.SucceededJob(...)).
+func mustReplayed(t testing.TB) func(replay.Outcome, error) replay.Replayed {
+	return func(out replay.Outcome, err error) replay.Replayed {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("replay: %v (%s)", err, detail(err))
+		}
+		r, ok := out.(replay.Replayed)
+		if !ok {
+			t.Fatalf("outcome %T %+v, want Replayed", out, out)
+		}
+		return r
+	}
+}
+
+// checkOneReplay verifies the ledger after a replay of source with key and
+// reason converged: exactly one lineage row for the key, its replay job
+// PENDING at run 1 with exactly one event (ENQUEUED, five-key payload), and
+// nothing else written: the only jobs are the sources and that replay. It
+// returns the replay id.
+func checkOneReplay(t testing.TB, q querier, sourceID uuid.UUID, key, reason string, jobsBesides int) uuid.UUID {
+	t.Helper()
+	rs, err := q.Query(context.Background(), `
+		SELECT replay_job_id FROM job_replays
+		WHERE source_job_id = $1 AND source_run_number = 1 AND replay_request_key = $2 AND reason = $3`,
+		sourceID, key, reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[uuid.UUID])
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("lineage rows for key %q: %v, %v; want exactly one", key, ids, err)
+	}
+	id := ids[0]
+	if n := scalar[int64](t, q, `SELECT count(*) FROM job_replays`); n != 1 {
+		t.Fatalf("%d lineage rows, want 1", n)
+	}
+	if n := scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != int64(jobsBesides)+1 {
+		t.Fatalf("%d jobs, want %d (sources) + 1 replay", n, jobsBesides)
+	}
+	var status string
+	var run int32
+	if err := q.QueryRow(context.Background(), `SELECT status::text, run_number FROM job_queue WHERE id = $1`, id).Scan(&status, &run); err != nil {
+		t.Fatalf("replay job %s: %v", id, err)
+	}
+	if status != "PENDING" || run != 1 {
+		t.Fatalf("replay job %s is %s at run %d", id, status, run)
+	}
+	var typ string
+	var payload []byte
+	if err := q.QueryRow(context.Background(), `SELECT event_type::text, payload FROM job_events WHERE job_id = $1`, id).Scan(&typ, &payload); err != nil {
+		t.Fatalf("replay event: %v (want exactly one)", err)
+	}
+	if n := scalar[int64](t, q, `SELECT count(*) FROM job_events`); n != 1 || typ != "ENQUEUED" {
+		t.Fatalf("%d events, the replay's is %s; want exactly one ENQUEUED", n, typ)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(payload, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"job_type": "email", "replayed_from_job_id": sourceID.String(),
+		"replayed_from_run_number": float64(1), "replay_request_key": key, "reason": reason}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("event payload %v, want %v", got, want)
+	}
+	return id
+}
+
+// checkNothingWritten fails unless the ledger equals before.
+func checkNothingWritten(t testing.TB, q querier, before snapshot) {
+	t.Helper()
+	if after := takeSnapshot(t, q); !after.equal(before) {
+		t.Fatalf("the failed operation left rows behind or changed some:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func formatCounts(m map[string]int) string {
+	var b strings.Builder
+	for i, k := range sortedKeys(m) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,538 @@
+package reliability_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/failpoint"
+	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/replay"
+)
+
+// These tests terminate the backend of an operation (pg_terminate_backend
+// from another connection) at one exact step of its transaction, or lose
+// the reply to its COMMIT, then check three things: the caller's error is
+// classified (transient for a statement that failed, commit-unconfirmed for
+// a COMMIT), the database holds all of the operation or none of it, and
+// repeating the same request converges to exactly one result.
+//
+// Exact steps come from the library's failpoints (the hook runs on the
+// operation's goroutine between two statements and kills the backend
+// before returning) or from a lock the test holds, which the step waits on
+// until pg_locks shows it waiting. COMMIT is made to wait by a deferred
+// constraint trigger that takes an advisory lock the test holds.
+
+// failure is what the caller of a killed operation must see.
+type failure int
+
+const (
+	failTransient          failure = iota // a statement failed: category transient
+	failCommitUnconfirmed                 // the library's COMMIT failed
+	failCallerCommitFailed                // the caller's own COMMIT failed (Tx entry point)
+	// The backend died before COMMIT reached it. Transient when the
+	// library can tell (the server reported the termination for a
+	// statement ahead of COMMIT, as when replay sends its insert and COMMIT
+	// in one batch), commit-unconfirmed when COMMIT was the statement that
+	// failed; either way nothing was written.
+	failBeforeCommit
+)
+
+// killPoint is one place to kill an operation.
+type killPoint struct {
+	name string
+	// hook, if set, is a failpoint at which the backend is killed.
+	hook string
+	// waitOn, if set, prepares a lock the operation will wait for (and
+	// returns its release); the backend is killed once it waits on a lock
+	// of type lockType.
+	waitOn   func(e *env, sourceID uuid.UUID) (release func())
+	lockType string
+	// lostReply: instead of a kill, the proxy swallows the reply to
+	// COMMIT, which has landed.
+	lostReply bool
+	want      failure
+}
+
+var gateKey int64 = 0x726c6761 // "rlga"
+
+func holdSource(e *env, sourceID uuid.UUID) func() {
+	return e.holdRow("job_queue", "id = $1", sourceID)
+}
+
+// holdDefinition holds the job type's definition FOR UPDATE: the replay
+// insert reads it FOR SHARE and waits.
+func holdDefinition(e *env, _ uuid.UUID) func() {
+	return e.holdRow("job_definitions", "job_type = $1", "email")
+}
+
+func gateReplayCommit(e *env, _ uuid.UUID) func() {
+	return e.commitGate("job_replays", "", gateKey)()
+}
+
+var ownedReplayKillPoints = []killPoint{
+	{name: "after BEGIN", hook: failpoint.TxnAfterBegin, want: failTransient},
+	{name: "after the lineage lookup", hook: failpoint.ReplayAfterLookup, want: failTransient},
+	{name: "before the source lock", hook: failpoint.ReplayBeforeSourceLock, want: failTransient},
+	{name: "waiting for the source lock", waitOn: holdSource, lockType: "", want: failTransient},
+	{name: "after the source lock", hook: failpoint.ReplayAfterSourceLock, want: failTransient},
+	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
+	// The insert is the last statement before COMMIT (SucceededJob may
+	// send the two in one batch; the failpoint then fires before it).
+	{name: "after the insert", hook: failpoint.ReplayAfterInsert, want: failBeforeCommit},
+	{name: "just before COMMIT", hook: failpoint.TxnBeforeCommit, want: failBeforeCommit},
+	{name: "while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory", want: failCommitUnconfirmed},
+	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},
+}
+
+// TestReplayKilledAtEveryStep kills replay.SucceededJob at every step of
+// its transaction.
+func TestReplayKilledAtEveryStep(t *testing.T) {
+	t.Parallel()
+	for _, kp := range ownedReplayKillPoints {
+		kp := kp
+		t.Run(kp.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			e := newEnv(t)
+			sourceID := seed(t, e.admin, succeeded(runledger.Global()))
+			before := takeSnapshot(t, e.admin)
+			r := req(sourceID, "retry-key", "operator retry")
+
+			var pool *pgxpool.Pool
+			var app string
+			var proxy *cutProxy
+			if kp.lostReply {
+				proxy = newCutProxy(t, serverAddr(t, e.url))
+				app = "rl-target-" + randomHex(4)
+				pool = openPoolVia(t, e.url, app, proxy)
+			} else {
+				pool, app = e.target(nil)
+			}
+			tctx, tag := tagged(ctx)
+			var err error
+			switch {
+			case kp.hook != "":
+				onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
+				_, err = replay.SucceededJob(tctx, pool, r)
+			case kp.lostReply:
+				onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.arm("COMMIT") })
+				_, err = replay.SucceededJob(tctx, pool, r)
+				if proxy.cutCount() != 1 {
+					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
+				}
+			default:
+				release := kp.waitOn(e, sourceID)
+				done := make(chan error, 1)
+				go func() {
+					_, err := replay.SucceededJob(ctx, pool, r)
+					done <- err
+				}()
+				e.kill(e.waitingPID(app, kp.lockType))
+				err = <-done
+				release()
+			}
+			checkFailure(t, kp.want, err)
+
+			if kp.lostReply {
+				// The commit landed: the replay is complete and consistent.
+				id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1)
+				got := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+				if got.Disposition != replay.DispositionExisting || got.Replay.JobID != id {
+					t.Fatalf("retry after a lost COMMIT reply got %+v, want Existing %s", got, id)
+				}
+			} else {
+				checkNothingWritten(t, e.admin, before)
+				got := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+				if got.Disposition != replay.DispositionInserted {
+					t.Fatalf("retry got %+v, want Inserted", got)
+				}
+				if id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1); id != got.Replay.JobID {
+					t.Fatalf("retry returned %s, the ledger holds %s", got.Replay.JobID, id)
+				}
+			}
+			// Retrying again changes nothing.
+			again := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+			if again.Disposition != replay.DispositionExisting {
+				t.Fatalf("second retry %+v, want Existing", again)
+			}
+			checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1)
+			checkSourceUnchanged(t, e.admin, before, sourceID)
+		})
+	}
+}
+
+// checkFailure checks the caller's error against the kill point's class.
+func checkFailure(t testing.TB, want failure, err error) {
+	t.Helper()
+	switch want {
+	case failTransient:
+		wantTransient(t, err)
+	case failCommitUnconfirmed:
+		wantCommitUnconfirmed(t, err)
+	case failBeforeCommit:
+		if !errors.Is(err, runledger.ErrCommitUnconfirmed) {
+			wantTransient(t, err)
+		}
+	case failCallerCommitFailed:
+		if err == nil {
+			t.Fatal("COMMIT of a killed connection succeeded")
+		}
+	}
+}
+
+// checkSourceUnchanged fails unless the source row equals its snapshot.
+func checkSourceUnchanged(t testing.TB, q querier, before snapshot, sourceID uuid.UUID) {
+	t.Helper()
+	now := scalar[string](t, q, `SELECT row_to_json(x)::text FROM job_queue x WHERE id = $1`, sourceID)
+	for _, row := range before.jobs {
+		if row == now {
+			return
+		}
+	}
+	t.Fatalf("source changed: now %s", now)
+}
+
+var txReplayKillPoints = []killPoint{
+	{name: "after BEGIN", want: failTransient}, // the test kills right after its own BEGIN
+	{name: "after the lineage lookup", hook: failpoint.ReplayAfterLookup, want: failTransient},
+	{name: "waiting for the source lock", waitOn: holdSource, want: failTransient},
+	{name: "after the source lock", hook: failpoint.ReplayAfterSourceLock, want: failTransient},
+	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
+	// The insert is the last statement: SucceededJobTx returns Replayed and
+	// the caller's COMMIT fails.
+	{name: "after the insert", hook: failpoint.ReplayAfterInsert, want: failCallerCommitFailed},
+	{name: "just before COMMIT", want: failCallerCommitFailed}, // killed after SucceededJobTx returned
+	{name: "while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory", want: failCallerCommitFailed},
+}
+
+// TestReplayTxKilledAtEveryStep kills the caller's transaction around
+// replay.SucceededJobTx: the caller's BEGIN and COMMIT are the test's.
+func TestReplayTxKilledAtEveryStep(t *testing.T) {
+	t.Parallel()
+	for _, kp := range txReplayKillPoints {
+		kp := kp
+		t.Run(kp.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			e := newEnv(t)
+			sourceID := seed(t, e.admin, succeeded(runledger.Global()))
+			before := takeSnapshot(t, e.admin)
+			r := req(sourceID, "tx-key", "tx reason")
+			pool, app := e.target(nil)
+
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background()) //nolint:errcheck
+			tctx, tag := tagged(ctx)
+			var opErr, commitErr error
+			switch {
+			case kp.name == "after BEGIN":
+				e.killApp(app)
+				_, opErr = replay.SucceededJobTx(tctx, tx, r)
+			case kp.hook != "":
+				onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
+				_, opErr = replay.SucceededJobTx(tctx, tx, r)
+				if kp.want == failCallerCommitFailed {
+					if opErr != nil {
+						t.Fatalf("SucceededJobTx: %v (%s), want Replayed", opErr, detail(opErr))
+					}
+					commitErr = tx.Commit(ctx)
+				}
+			case kp.want == failTransient && kp.waitOn != nil:
+				release := kp.waitOn(e, sourceID)
+				done := make(chan error, 1)
+				go func() {
+					_, err := replay.SucceededJobTx(ctx, tx, r)
+					done <- err
+				}()
+				e.kill(e.waitingPID(app, kp.lockType))
+				opErr = <-done
+				release()
+			case kp.name == "just before COMMIT":
+				mustReplayed(t)(replay.SucceededJobTx(tctx, tx, r))
+				e.killApp(app)
+				commitErr = tx.Commit(ctx)
+			default: // COMMIT waits on the gate
+				release := kp.waitOn(e, sourceID)
+				mustReplayed(t)(replay.SucceededJobTx(tctx, tx, r))
+				done := make(chan error, 1)
+				go func() { done <- tx.Commit(ctx) }()
+				e.kill(e.waitingPID(app, kp.lockType))
+				commitErr = <-done
+				release()
+			}
+			if kp.want == failCallerCommitFailed {
+				checkFailure(t, kp.want, commitErr)
+			} else {
+				checkFailure(t, kp.want, opErr)
+			}
+			_ = tx.Rollback(ctx)
+			checkNothingWritten(t, e.admin, before)
+
+			// The same request in a new caller transaction converges.
+			tx2, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx2, r))
+			if err := tx2.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got.Disposition != replay.DispositionInserted {
+				t.Fatalf("retry %+v, want Inserted", got)
+			}
+			if id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1); id != got.Replay.JobID {
+				t.Fatalf("retry returned %s, ledger holds %s", got.Replay.JobID, id)
+			}
+			checkSourceUnchanged(t, e.admin, before, sourceID)
+		})
+	}
+}
+
+// ---- keyed enqueue -----------------------------------------------------------
+
+func keyedRequest() jobs.EnqueueRequest {
+	return jobs.EnqueueRequest{Scope: runledger.Global(), JobType: "email",
+		Payload: []byte(`{"to":"b@example.com"}`), IdempotencyKey: "order-42"}
+}
+
+var keyedEnqueueKillPoints = []killPoint{
+	{name: "after BEGIN", hook: failpoint.TxnAfterBegin, want: failTransient},
+	{name: "while the insert waits", waitOn: func(e *env, _ uuid.UUID) func() {
+		// The insert reads the job type's definition FOR SHARE.
+		return e.holdRow("job_definitions", "job_type = $1", "email")
+	}, want: failTransient},
+	{name: "after the insert, before COMMIT", hook: failpoint.TxnBeforeCommit, want: failCommitUnconfirmed},
+	{name: "while COMMIT waits", waitOn: func(e *env, _ uuid.UUID) func() {
+		return e.commitGate("job_queue", "", gateKey)()
+	}, lockType: "advisory", want: failCommitUnconfirmed},
+	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},
+}
+
+// TestKeyedEnqueueKilledAtEveryStep kills jobs.Enqueue with an idempotency
+// key at every step of its transaction; retrying the same request
+// converges to one job with one ENQUEUED event.
+func TestKeyedEnqueueKilledAtEveryStep(t *testing.T) {
+	t.Parallel()
+	for _, kp := range keyedEnqueueKillPoints {
+		kp := kp
+		t.Run(kp.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			e := newEnv(t)
+			defineType(t, e.admin, "email")
+			before := takeSnapshot(t, e.admin)
+			r := keyedRequest()
+
+			var pool *pgxpool.Pool
+			var app string
+			var proxy *cutProxy
+			if kp.lostReply {
+				proxy = newCutProxy(t, serverAddr(t, e.url))
+				app = "rl-target-" + randomHex(4)
+				pool = openPoolVia(t, e.url, app, proxy)
+			} else {
+				pool, app = e.target(nil)
+			}
+			tctx, tag := tagged(ctx)
+			var err error
+			switch {
+			case kp.hook != "":
+				onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
+				_, err = jobs.Enqueue(tctx, pool, r)
+			case kp.lostReply:
+				onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.arm("COMMIT") })
+				_, err = jobs.Enqueue(tctx, pool, r)
+				if proxy.cutCount() != 1 {
+					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
+				}
+			default:
+				release := kp.waitOn(e, uuid.Nil)
+				done := make(chan error, 1)
+				go func() {
+					_, err := jobs.Enqueue(ctx, pool, r)
+					done <- err
+				}()
+				e.kill(e.waitingPID(app, kp.lockType))
+				err = <-done
+				release()
+			}
+			checkFailure(t, kp.want, err)
+			if !kp.lostReply {
+				checkNothingWritten(t, e.admin, before)
+			}
+
+			res, err := jobs.Enqueue(ctx, pool, r)
+			if err != nil {
+				t.Fatalf("retry: %v (%s)", err, detail(err))
+			}
+			wantDisp := jobs.DispositionInserted
+			if kp.lostReply {
+				wantDisp = jobs.DispositionExisting
+			}
+			if res.Disposition != wantDisp {
+				t.Fatalf("retry disposition %s, want %s", res.Disposition, wantDisp)
+			}
+			again, err := jobs.Enqueue(ctx, pool, r)
+			if err != nil || again.Disposition != jobs.DispositionExisting || again.Job.ID != res.Job.ID {
+				t.Fatalf("second retry %+v, %v; want Existing %s", again, err, res.Job.ID)
+			}
+			checkOneKeyedJob(t, e.admin, res.Job.ID, r.IdempotencyKey)
+		})
+	}
+}
+
+// checkOneKeyedJob verifies that exactly one job holds key and that the
+// whole ledger is that job and its one ENQUEUED event.
+func checkOneKeyedJob(t testing.TB, q querier, id uuid.UUID, key string) {
+	t.Helper()
+	if n := scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
+	}
+	if got := scalar[uuid.UUID](t, q, `SELECT id FROM job_queue WHERE idempotency_key = $1`, key); got != id {
+		t.Fatalf("key held by %s, want %s", got, id)
+	}
+	if got := eventTypes(t, q, id); len(got) != 1 || got[0] != "ENQUEUED" {
+		t.Fatalf("events %v, want one ENQUEUED", got)
+	}
+	if n := scalar[int64](t, q, `SELECT count(*) FROM job_events`); n != 1 {
+		t.Fatalf("%d events in all, want 1", n)
+	}
+}
+
+func eventTypes(t testing.TB, q querier, id uuid.UUID) []string {
+	t.Helper()
+	rs, err := q.Query(context.Background(), `SELECT event_type::text FROM job_events WHERE job_id = $1 ORDER BY run_number, id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ---- complete ----------------------------------------------------------------
+
+// leasedJob enqueues and claims one job through the admin pool and returns
+// the request that completes it.
+func leasedJob(t *testing.T, ctx context.Context, e *env) jobs.CompleteRequest {
+	t.Helper()
+	defineType(t, e.admin, "email")
+	if _, err := jobs.Enqueue(ctx, e.admin, jobs.EnqueueRequest{JobType: "email"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := jobs.Claim(ctx, e.admin, jobs.ClaimRequest{WorkerID: "w1", Limit: 1, Lease: time.Minute})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	return jobs.CompleteRequest{JobID: got[0].ID, RunNumber: got[0].RunNumber, Attempt: got[0].Attempt,
+		WorkerID: "w1", Output: []byte(`{"ok":true}`)}
+}
+
+// TestCompleteKilled kills jobs.Complete, a single statement on the pool,
+// while it waits for the job's row lock and while its (implicit) COMMIT
+// waits, and loses the reply of a completion that landed. A statement
+// whose connection dies is reported transient even at commit: there is no
+// separate COMMIT to call unconfirmed. Complete is compare-and-set on the
+// lease, so the retry is safe either way: it completes the job, or, when
+// the first call had landed, reports a lease mismatch and the job is
+// SUCCEEDED exactly once.
+func TestCompleteKilled(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		waitOn    func(e *env, job uuid.UUID) func()
+		lockType  string
+		lostReply bool
+	}{
+		{name: "while it waits for the row lock", waitOn: func(e *env, job uuid.UUID) func() {
+			return e.holdRow("job_queue", "id = $1", job)
+		}},
+		{name: "while its commit waits", waitOn: func(e *env, _ uuid.UUID) func() {
+			return e.commitGate("job_events", "NEW.event_type = 'SUCCEEDED'", gateKey)()
+		}, lockType: "advisory"},
+		{name: "completion landed, reply lost", lostReply: true},
+	}
+	for _, c := range cases {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			e := newEnv(t)
+			cr := leasedJob(t, ctx, e)
+			before := takeSnapshot(t, e.admin)
+
+			var err error
+			if c.lostReply {
+				proxy := newCutProxy(t, serverAddr(t, e.url))
+				pool := openPoolVia(t, e.url, "rl-target-"+randomHex(4), proxy)
+				proxy.arm("SELECT")
+				_, err = jobs.Complete(ctx, pool, cr)
+				if proxy.cutCount() != 1 {
+					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
+				}
+				wantTransient(t, err)
+				// It landed: completed once. The retry says so as a lease
+				// mismatch and writes nothing.
+				checkCompletedOnce(t, e.admin, cr.JobID)
+				_, err = jobs.Complete(ctx, e.admin, cr)
+				if !errors.Is(err, runledger.ErrLeaseMismatch) {
+					t.Fatalf("retry after a landed completion: %v, want lease mismatch", err)
+				}
+				checkCompletedOnce(t, e.admin, cr.JobID)
+				return
+			}
+
+			pool, app := e.target(nil)
+			release := c.waitOn(e, cr.JobID)
+			done := make(chan error, 1)
+			go func() {
+				_, err := jobs.Complete(ctx, pool, cr)
+				done <- err
+			}()
+			e.kill(e.waitingPID(app, c.lockType))
+			err = <-done
+			release()
+			wantTransient(t, err)
+			checkNothingWritten(t, e.admin, before)
+
+			job, err := jobs.Complete(ctx, pool, cr)
+			if err != nil || job.Status != runledger.JobStatusSucceeded {
+				t.Fatalf("retry: %+v, %v", job, err)
+			}
+			checkCompletedOnce(t, e.admin, cr.JobID)
+			if _, err := jobs.Complete(ctx, pool, cr); !errors.Is(err, runledger.ErrLeaseMismatch) {
+				t.Fatalf("second retry: %v, want lease mismatch", err)
+			}
+			checkCompletedOnce(t, e.admin, cr.JobID)
+		})
+	}
+}
+
+func checkCompletedOnce(t testing.TB, q querier, id uuid.UUID) {
+	t.Helper()
+	if st := scalar[string](t, q, `SELECT status::text FROM job_queue WHERE id = $1`, id); st != "SUCCEEDED" {
+		t.Fatalf("job is %s, want SUCCEEDED", st)
+	}
+	got := eventTypes(t, q, id)
+	want := []string{"ENQUEUED", "LEASED", "SUCCEEDED"}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+	}
+}
