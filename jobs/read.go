@@ -55,6 +55,13 @@ func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID)
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list job events", err)
 	}
+	return scopedEvents(ctx, q, scope, id, rs, func(r db.JobEventListForJobRow) db.JobEvent { return r.JobEvent })
+}
+
+// scopedEvents converts the events a scoped read returned; when there are
+// none it checks that the job exists in scope, so an out-of-scope job is
+// ErrJobNotFound rather than an empty history.
+func scopedEvents[R any](ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, rs []R, event func(R) db.JobEvent) ([]runledger.JobEvent, error) {
 	if len(rs) == 0 {
 		if err := requireJob(ctx, q, scope, id); err != nil {
 			return nil, err
@@ -62,7 +69,7 @@ func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID)
 	}
 	out := make([]runledger.JobEvent, 0, len(rs))
 	for _, r := range rs {
-		e, err := rows.Event(r.JobEvent)
+		e, err := rows.Event(event(r))
 		if err != nil {
 			return nil, err
 		}
@@ -84,20 +91,7 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list newest job events", err)
 	}
-	if len(rs) == 0 {
-		if err := requireJob(ctx, q, scope, id); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]runledger.JobEvent, 0, len(rs))
-	for _, r := range rs {
-		e, err := rows.Event(r.JobEvent)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return scopedEvents(ctx, q, scope, id, rs, func(r db.JobEventListNewestRow) db.JobEvent { return r.JobEvent })
 }
 
 // RecentEventsByType returns the newest limit (1 to MaxLimit, else
