@@ -13,62 +13,49 @@ import (
 )
 
 const jobGetReplaySourceForClassification = `-- name: JobGetReplaySourceForClassification :one
-SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+SELECT job_queue.status,
+       job_queue.run_number,
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
+       to_jsonb(job_queue) AS job
 FROM job_queue
 WHERE job_queue.id = $1
   AND organization_id IS NOT DISTINCT FROM $2::uuid
+  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM $3::text
 `
 
 type JobGetReplaySourceForClassificationParams struct {
 	ID             uuid.UUID
 	OrganizationID *uuid.UUID
+	LockToken      string
 }
 
 type JobGetReplaySourceForClassificationRow struct {
-	JobQueue        JobQueue
+	Status          JobStatus
+	RunNumber       int32
 	WorkflowManaged bool
+	Job             []byte
 }
 
 // JobGetReplaySourceForClassification reads the same job in the caller's
 // scope without any lock, to tell NotFound, a mismatch and a
 // workflow-managed source apart after the locking read found nothing; a
-// rejected request therefore leaves no row lock behind.
+// rejected request therefore leaves no row lock behind. It reads only when
+// the locking read of this attempt missed (runledger.replay_source_lock is
+// not @lock_token), so it can travel in the same round trip as the locking
+// read. status, run_number and workflow_managed classify; job is the whole
+// row (to_jsonb, every column under its name), decoded only for a
+// mismatch's actual job: one column rather than thirty keeps the statement
+// cheap to describe on the paths that do not need it, the insert path
+// above all, where it runs, reads nothing and still sends its row
+// description.
 func (q *Queries) JobGetReplaySourceForClassification(ctx context.Context, db DBTX, arg JobGetReplaySourceForClassificationParams) (JobGetReplaySourceForClassificationRow, error) {
-	row := db.QueryRow(ctx, jobGetReplaySourceForClassification, arg.ID, arg.OrganizationID)
+	row := db.QueryRow(ctx, jobGetReplaySourceForClassification, arg.ID, arg.OrganizationID, arg.LockToken)
 	var i JobGetReplaySourceForClassificationRow
 	err := row.Scan(
-		&i.JobQueue.ID,
-		&i.JobQueue.JobType,
-		&i.JobQueue.OrganizationID,
-		&i.JobQueue.Payload,
-		&i.JobQueue.Status,
-		&i.JobQueue.Priority,
-		&i.JobQueue.RunNumber,
-		&i.JobQueue.Attempt,
-		&i.JobQueue.MaxAttempts,
-		&i.JobQueue.TimeoutSeconds,
-		&i.JobQueue.NextRunAt,
-		&i.JobQueue.LeaseExpiresAt,
-		&i.JobQueue.LastHeartbeatAt,
-		&i.JobQueue.WorkerID,
-		&i.JobQueue.StartedAt,
-		&i.JobQueue.FinishedAt,
-		&i.JobQueue.Stage,
-		&i.JobQueue.ProgressDone,
-		&i.JobQueue.ProgressTotal,
-		&i.JobQueue.ProgressPct,
-		&i.JobQueue.Checkpoint,
-		&i.JobQueue.IdempotencyKey,
-		&i.JobQueue.StatusReason,
-		&i.JobQueue.LastErrorCode,
-		&i.JobQueue.LastErrorMessage,
-		&i.JobQueue.CreatedAt,
-		&i.JobQueue.UpdatedAt,
-		&i.JobQueue.EnqueueRequest,
-		&i.JobQueue.Output,
-		&i.JobQueue.ExecutionResourceKey,
+		&i.Status,
+		&i.RunNumber,
 		&i.WorkflowManaged,
+		&i.Job,
 	)
 	return i, err
 }
@@ -170,26 +157,40 @@ func (q *Queries) JobInsertReplay(ctx context.Context, db DBTX, arg JobInsertRep
 }
 
 const jobLockEligibleReplaySource = `-- name: JobLockEligibleReplaySource :one
-SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-FROM job_queue
-WHERE job_queue.id = $1
-  AND organization_id IS NOT DISTINCT FROM $2::uuid
-  AND status = 'SUCCEEDED'
-  AND run_number = $3
-  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-FOR NO KEY UPDATE
+WITH locked AS MATERIALIZED (
+    SELECT id, run_number, job_type, execution_resource_key,
+           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+    FROM job_queue
+    WHERE job_queue.id = $2
+      AND organization_id IS NOT DISTINCT FROM $3::uuid
+      AND status = 'SUCCEEDED'
+      AND run_number = $4
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+    FOR NO KEY UPDATE
+)
+SELECT locked.id,
+       locked.run_number,
+       locked.job_type,
+       locked.execution_resource_key,
+       locked.workflow_managed,
+       set_config('runledger.replay_source_lock', $1::text, true) AS lock_token
+FROM locked
 `
 
 type JobLockEligibleReplaySourceParams struct {
+	LockToken         string
 	ID                uuid.UUID
 	OrganizationID    *uuid.UUID
 	ExpectedRunNumber int32
 }
 
 type JobLockEligibleReplaySourceRow struct {
-	JobQueue        JobQueue
-	WorkflowManaged bool
+	ID                   uuid.UUID
+	RunNumber            int32
+	JobType              string
+	ExecutionResourceKey *string
+	WorkflowManaged      bool
+	LockToken            string
 }
 
 // JobLockEligibleReplaySource locks the source of a replay FOR NO KEY
@@ -200,41 +201,31 @@ type JobLockEligibleReplaySourceRow struct {
 // while two replays of one source serialize here. Under READ COMMITTED a
 // waiter re-checks the conditions on the newest row version.
 // workflow_managed is returned so the caller can check the invariant.
+//
+// When, and only when, it returns the locked row it also records
+// @lock_token in the transaction-local setting runledger.replay_source_lock
+// (set_config(..., true): gone when the transaction ends). The statements
+// pipelined behind it in the same round trip read that marker to run only
+// on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
+// a lock, JobGetReplaySourceForClassification after a miss. The marker is
+// set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
+// for a row the CTE's lock let through (not for a row the post-wait
+// re-check rejected).
 func (q *Queries) JobLockEligibleReplaySource(ctx context.Context, db DBTX, arg JobLockEligibleReplaySourceParams) (JobLockEligibleReplaySourceRow, error) {
-	row := db.QueryRow(ctx, jobLockEligibleReplaySource, arg.ID, arg.OrganizationID, arg.ExpectedRunNumber)
+	row := db.QueryRow(ctx, jobLockEligibleReplaySource,
+		arg.LockToken,
+		arg.ID,
+		arg.OrganizationID,
+		arg.ExpectedRunNumber,
+	)
 	var i JobLockEligibleReplaySourceRow
 	err := row.Scan(
-		&i.JobQueue.ID,
-		&i.JobQueue.JobType,
-		&i.JobQueue.OrganizationID,
-		&i.JobQueue.Payload,
-		&i.JobQueue.Status,
-		&i.JobQueue.Priority,
-		&i.JobQueue.RunNumber,
-		&i.JobQueue.Attempt,
-		&i.JobQueue.MaxAttempts,
-		&i.JobQueue.TimeoutSeconds,
-		&i.JobQueue.NextRunAt,
-		&i.JobQueue.LeaseExpiresAt,
-		&i.JobQueue.LastHeartbeatAt,
-		&i.JobQueue.WorkerID,
-		&i.JobQueue.StartedAt,
-		&i.JobQueue.FinishedAt,
-		&i.JobQueue.Stage,
-		&i.JobQueue.ProgressDone,
-		&i.JobQueue.ProgressTotal,
-		&i.JobQueue.ProgressPct,
-		&i.JobQueue.Checkpoint,
-		&i.JobQueue.IdempotencyKey,
-		&i.JobQueue.StatusReason,
-		&i.JobQueue.LastErrorCode,
-		&i.JobQueue.LastErrorMessage,
-		&i.JobQueue.CreatedAt,
-		&i.JobQueue.UpdatedAt,
-		&i.JobQueue.EnqueueRequest,
-		&i.JobQueue.Output,
-		&i.JobQueue.ExecutionResourceKey,
+		&i.ID,
+		&i.RunNumber,
+		&i.JobType,
+		&i.ExecutionResourceKey,
 		&i.WorkflowManaged,
+		&i.LockToken,
 	)
 	return i, err
 }
@@ -279,6 +270,7 @@ WITH lineage AS (
       AND jr.source_run_number = $2
       AND jr.replay_request_key = $3
       AND source.organization_id IS NOT DISTINCT FROM $4::uuid
+      AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 ),
 matching_replay AS (
     SELECT id, status, run_number
@@ -286,11 +278,13 @@ matching_replay AS (
     WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = $5)
     FOR NO KEY UPDATE
 )
-SELECT lineage.replay_job_id,
+SELECT probe.isolation,
+       lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
        matching_replay.run_number AS replay_run_number
-FROM lineage
+FROM (SELECT current_setting('transaction_isolation')::text AS isolation) AS probe
+LEFT JOIN lineage ON true
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id
 `
 
@@ -303,8 +297,9 @@ type JobReplayGetForRequestParams struct {
 }
 
 type JobReplayGetForRequestRow struct {
-	ReplayJobID     uuid.UUID
-	Reason          string
+	Isolation       string
+	ReplayJobID     *uuid.UUID
+	Reason          *string
 	ReplayStatus    *JobStatus
 	ReplayRunNumber *int32
 }
@@ -317,8 +312,16 @@ type JobReplayGetForRequestRow struct {
 // its current status and run, which then stay true until the transaction
 // ends (workers' SKIP LOCKED claims pass the job by). With another reason
 // nothing is locked and the replay columns are NULL. Neither the source nor
-// job_replays is locked. (A CTE joined with LEFT JOIN rather than LEFT JOIN
-// LATERAL: sqlc types the lateral's columns NOT NULL.)
+// job_replays is locked.
+//
+// It is also the isolation probe, so a caller's transaction is checked in
+// the same round trip: it always returns exactly one row, whose isolation
+// is the transaction's level, and it looks for lineage only when that level
+// is READ COMMITTED (or READ UNCOMMITTED, which PostgreSQL runs as read
+// committed). Under any other level the lineage CTE is empty, so nothing is
+// read or locked and the lineage columns are NULL; the caller refuses the
+// request. (CTEs joined with LEFT JOIN rather than LEFT JOIN LATERAL: sqlc
+// types the lateral's columns NOT NULL.)
 func (q *Queries) JobReplayGetForRequest(ctx context.Context, db DBTX, arg JobReplayGetForRequestParams) (JobReplayGetForRequestRow, error) {
 	row := db.QueryRow(ctx, jobReplayGetForRequest,
 		arg.SourceJobID,
@@ -328,6 +331,77 @@ func (q *Queries) JobReplayGetForRequest(ctx context.Context, db DBTX, arg JobRe
 		arg.Reason,
 	)
 	var i JobReplayGetForRequestRow
+	err := row.Scan(
+		&i.Isolation,
+		&i.ReplayJobID,
+		&i.Reason,
+		&i.ReplayStatus,
+		&i.ReplayRunNumber,
+	)
+	return i, err
+}
+
+const jobReplayGetForRequestAfterSourceLock = `-- name: JobReplayGetForRequestAfterSourceLock :one
+WITH lineage AS (
+    SELECT jr.replay_job_id, jr.reason
+    FROM job_replays jr
+    JOIN job_queue source ON source.id = jr.source_job_id
+    WHERE jr.source_job_id = $1
+      AND jr.source_run_number = $2
+      AND jr.replay_request_key = $3
+      AND source.organization_id IS NOT DISTINCT FROM $4::uuid
+      AND current_setting('runledger.replay_source_lock', true) = $5::text
+),
+matching_replay AS (
+    SELECT id, status, run_number
+    FROM job_queue
+    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = $6)
+    FOR NO KEY UPDATE
+)
+SELECT lineage.replay_job_id,
+       lineage.reason,
+       matching_replay.status AS replay_status,
+       matching_replay.run_number AS replay_run_number
+FROM lineage
+LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id
+`
+
+type JobReplayGetForRequestAfterSourceLockParams struct {
+	SourceJobID      uuid.UUID
+	SourceRunNumber  int32
+	ReplayRequestKey string
+	OrganizationID   *uuid.UUID
+	LockToken        string
+	Reason           string
+}
+
+type JobReplayGetForRequestAfterSourceLockRow struct {
+	ReplayJobID     uuid.UUID
+	Reason          string
+	ReplayStatus    *JobStatus
+	ReplayRunNumber *int32
+}
+
+// JobReplayGetForRequestAfterSourceLock is the second lineage lookup, run
+// once the source is locked: JobReplayGetForRequest's lookup and locks
+// (the replay job FOR NO KEY UPDATE only when the stored reason equals
+// @reason), without the isolation probe, and only if the locking read of
+// this attempt (the one that set runledger.replay_source_lock to
+// @lock_token) returned the source. After a miss it reads nothing and locks
+// nothing, so it can travel in the same round trip as the locking read.
+// Being a statement of its own it takes a fresh READ COMMITTED snapshot
+// after the lock wait, and sees lineage that the previous lock holder
+// committed. No row when there is no lineage (or the lock missed).
+func (q *Queries) JobReplayGetForRequestAfterSourceLock(ctx context.Context, db DBTX, arg JobReplayGetForRequestAfterSourceLockParams) (JobReplayGetForRequestAfterSourceLockRow, error) {
+	row := db.QueryRow(ctx, jobReplayGetForRequestAfterSourceLock,
+		arg.SourceJobID,
+		arg.SourceRunNumber,
+		arg.ReplayRequestKey,
+		arg.OrganizationID,
+		arg.LockToken,
+		arg.Reason,
+	)
+	var i JobReplayGetForRequestAfterSourceLockRow
 	err := row.Scan(
 		&i.ReplayJobID,
 		&i.Reason,

@@ -6,8 +6,16 @@
 -- its current status and run, which then stay true until the transaction
 -- ends (workers' SKIP LOCKED claims pass the job by). With another reason
 -- nothing is locked and the replay columns are NULL. Neither the source nor
--- job_replays is locked. (A CTE joined with LEFT JOIN rather than LEFT JOIN
--- LATERAL: sqlc types the lateral's columns NOT NULL.)
+-- job_replays is locked.
+--
+-- It is also the isolation probe, so a caller's transaction is checked in
+-- the same round trip: it always returns exactly one row, whose isolation
+-- is the transaction's level, and it looks for lineage only when that level
+-- is READ COMMITTED (or READ UNCOMMITTED, which PostgreSQL runs as read
+-- committed). Under any other level the lineage CTE is empty, so nothing is
+-- read or locked and the lineage columns are NULL; the caller refuses the
+-- request. (CTEs joined with LEFT JOIN rather than LEFT JOIN LATERAL: sqlc
+-- types the lateral's columns NOT NULL.)
 -- name: JobReplayGetForRequest :one
 WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
@@ -17,6 +25,81 @@ WITH lineage AS (
       AND jr.source_run_number = @source_run_number
       AND jr.replay_request_key = @replay_request_key
       AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+      AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+),
+matching_replay AS (
+    SELECT id, status, run_number
+    FROM job_queue
+    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = @reason)
+    FOR NO KEY UPDATE
+)
+SELECT probe.isolation,
+       lineage.replay_job_id,
+       lineage.reason,
+       matching_replay.status AS replay_status,
+       matching_replay.run_number AS replay_run_number
+FROM (SELECT current_setting('transaction_isolation')::text AS isolation) AS probe
+LEFT JOIN lineage ON true
+LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
+
+-- JobLockEligibleReplaySource locks the source of a replay FOR NO KEY
+-- UPDATE, but only while it is eligible: in the caller's exact scope,
+-- SUCCEEDED at the expected run and owned by no workflow step. NO KEY
+-- UPDATE because replay never changes the source's key: the lineage insert's
+-- foreign-key check takes KEY SHARE on the source, which composes with it,
+-- while two replays of one source serialize here. Under READ COMMITTED a
+-- waiter re-checks the conditions on the newest row version.
+-- workflow_managed is returned so the caller can check the invariant.
+--
+-- When, and only when, it returns the locked row it also records
+-- @lock_token in the transaction-local setting runledger.replay_source_lock
+-- (set_config(..., true): gone when the transaction ends). The statements
+-- pipelined behind it in the same round trip read that marker to run only
+-- on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
+-- a lock, JobGetReplaySourceForClassification after a miss. The marker is
+-- set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
+-- for a row the CTE's lock let through (not for a row the post-wait
+-- re-check rejected).
+-- name: JobLockEligibleReplaySource :one
+WITH locked AS MATERIALIZED (
+    SELECT id, run_number, job_type, execution_resource_key,
+           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+    FROM job_queue
+    WHERE job_queue.id = @id
+      AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+      AND status = 'SUCCEEDED'
+      AND run_number = @expected_run_number
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+    FOR NO KEY UPDATE
+)
+SELECT locked.id,
+       locked.run_number,
+       locked.job_type,
+       locked.execution_resource_key,
+       locked.workflow_managed,
+       set_config('runledger.replay_source_lock', @lock_token::text, true) AS lock_token
+FROM locked;
+
+-- JobReplayGetForRequestAfterSourceLock is the second lineage lookup, run
+-- once the source is locked: JobReplayGetForRequest's lookup and locks
+-- (the replay job FOR NO KEY UPDATE only when the stored reason equals
+-- @reason), without the isolation probe, and only if the locking read of
+-- this attempt (the one that set runledger.replay_source_lock to
+-- @lock_token) returned the source. After a miss it reads nothing and locks
+-- nothing, so it can travel in the same round trip as the locking read.
+-- Being a statement of its own it takes a fresh READ COMMITTED snapshot
+-- after the lock wait, and sees lineage that the previous lock holder
+-- committed. No row when there is no lineage (or the lock missed).
+-- name: JobReplayGetForRequestAfterSourceLock :one
+WITH lineage AS (
+    SELECT jr.replay_job_id, jr.reason
+    FROM job_replays jr
+    JOIN job_queue source ON source.id = jr.source_job_id
+    WHERE jr.source_job_id = @source_job_id
+      AND jr.source_run_number = @source_run_number
+      AND jr.replay_request_key = @replay_request_key
+      AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+      AND current_setting('runledger.replay_source_lock', true) = @lock_token::text
 ),
 matching_replay AS (
     SELECT id, status, run_number
@@ -31,35 +114,27 @@ SELECT lineage.replay_job_id,
 FROM lineage
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 
--- JobLockEligibleReplaySource locks the source of a replay FOR NO KEY
--- UPDATE, but only while it is eligible: in the caller's exact scope,
--- SUCCEEDED at the expected run and owned by no workflow step. NO KEY
--- UPDATE because replay never changes the source's key: the lineage insert's
--- foreign-key check takes KEY SHARE on the source, which composes with it,
--- while two replays of one source serialize here. Under READ COMMITTED a
--- waiter re-checks the conditions on the newest row version.
--- workflow_managed is returned so the caller can check the invariant.
--- name: JobLockEligibleReplaySource :one
-SELECT sqlc.embed(job_queue),
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-FROM job_queue
-WHERE job_queue.id = @id
-  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-  AND status = 'SUCCEEDED'
-  AND run_number = @expected_run_number
-  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-FOR NO KEY UPDATE;
-
 -- JobGetReplaySourceForClassification reads the same job in the caller's
 -- scope without any lock, to tell NotFound, a mismatch and a
 -- workflow-managed source apart after the locking read found nothing; a
--- rejected request therefore leaves no row lock behind.
+-- rejected request therefore leaves no row lock behind. It reads only when
+-- the locking read of this attempt missed (runledger.replay_source_lock is
+-- not @lock_token), so it can travel in the same round trip as the locking
+-- read. status, run_number and workflow_managed classify; job is the whole
+-- row (to_jsonb, every column under its name), decoded only for a
+-- mismatch's actual job: one column rather than thirty keeps the statement
+-- cheap to describe on the paths that do not need it, the insert path
+-- above all, where it runs, reads nothing and still sends its row
+-- description.
 -- name: JobGetReplaySourceForClassification :one
-SELECT sqlc.embed(job_queue),
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+SELECT job_queue.status,
+       job_queue.run_number,
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
+       to_jsonb(job_queue) AS job
 FROM job_queue
 WHERE job_queue.id = @id
-  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM @lock_token::text;
 
 -- JobInsertReplay creates the replay of a source the caller has locked, in
 -- one statement: the new job (type, organization, payload, priority,

@@ -15,12 +15,22 @@
 // the transaction ends; the insert path locks the source FOR NO KEY UPDATE
 // and the job type's definition FOR SHARE; a conflict found before the
 // source lock, a mismatch and a NotFound lock nothing.
+//
+// Round trips: the statements are those of the reference protocol, sent in
+// pgx batches (pipelines) so that a replay costs three round trips to the
+// server instead of nine: [BEGIN READ COMMITTED + lineage lookup], [source
+// lock + second lookup + classification read], [insert + COMMIT]. An
+// idempotent retry costs two ([BEGIN + lookup], [COMMIT]); a mismatch or
+// NotFound three. In a caller's transaction the isolation check rides on
+// the first lookup. See docs/PERFORMANCE.md.
 package replay
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -42,7 +52,10 @@ import (
 // state equals the expectation.
 const MaxSourceLockAttempts = 4
 
-const ownedOperation = "successful job replay"
+const (
+	ownedOperation = "successful job replay"
+	txOperation    = "successful job compare-and-replay"
+)
 
 // SucceededJob replays a succeeded job in a transaction of its own.
 //
@@ -55,13 +68,39 @@ const ownedOperation = "successful job replay"
 // the call with the same key and reason to find out (it is idempotent).
 // If ctx ends while waiting for a lock, it rolls back and returns an error
 // wrapping ctx's error.
+//
+// The transaction runs on a connection acquired from pool, with BEGIN sent
+// in one batch with the first lookup and COMMIT in one batch with the
+// insert (see the package doc). A statement error in that last batch
+// stops it before COMMIT, so the transaction is rolled back and the
+// statement's error returned; if the connection fails while that batch is
+// in flight without the server having reported an error for the insert,
+// the COMMIT may have run and the error matches ErrCommitUnconfirmed. A
+// connection left in a transaction is rolled back, or destroyed by the
+// pool, before it is released.
 func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	return txn.ReadCommitted(ctx, pool, ownedOperation, func(tx pgx.Tx) (Outcome, error) {
-		return run(ctx, tx, req)
-	})
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, dberr.Translate(ctx, "begin "+ownedOperation+" transaction", err)
+	}
+	s := &session{c: c, owned: true}
+	out, err := run(ctx, s, req)
+	if err != nil {
+		abandon(ctx, c)
+		return nil, err
+	}
+	if !s.committed {
+		failpoint.Inject(ctx, failpoint.TxnBeforeCommit, failpoint.TxnCall{Op: ownedOperation})
+		if err := commit(ctx, c); err != nil {
+			abandon(ctx, c)
+			return nil, err
+		}
+	}
+	c.Release()
+	return out, nil
 }
 
 // SucceededJobTx replays a succeeded job inside the caller's transaction,
@@ -69,90 +108,149 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 //
 // It validates the request, then refuses any isolation level but READ
 // COMMITTED (runledger.ErrReplayUnsupportedIsolation), since the protocol
-// relies on each statement seeing what concurrent replays committed. Locks
-// it takes last until the caller's transaction ends: after an Existing
-// outcome workers skip the replay job, and after a conflict found once the
-// source was locked the source stays locked. On an error the caller should
-// roll back.
+// relies on each statement seeing what concurrent replays committed; the
+// refusal reads and locks nothing (the isolation probe and the first
+// lineage lookup are one statement, which looks for lineage only under
+// READ COMMITTED). Locks it takes last until the caller's transaction ends:
+// after an Existing outcome workers skip the replay job, and after a
+// conflict found once the source was locked the source stays locked. On an
+// error the caller should roll back.
 func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := txn.RequireReadCommitted(ctx, tx, "successful job compare-and-replay", runledger.ErrReplayUnsupportedIsolation); err != nil {
-		return nil, err
-	}
-	return run(ctx, tx, req)
+	return run(ctx, &session{c: tx}, req)
 }
 
 var queries = db.New()
 
-// run is the body shared by both entry points; tx is READ COMMITTED.
-func run(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
+// session is one run of the operation on a connection.
+type session struct {
+	c conn
+	// owned: c is a pooled connection and the operation runs its
+	// transaction by hand (SucceededJob); otherwise c is the caller's
+	// transaction.
+	owned bool
+	// committed: the insert's batch carried COMMIT, and it succeeded.
+	committed bool
+}
+
+// run is the body shared by both entry points.
+func run(ctx context.Context, s *session, req Request) (Outcome, error) {
 	// 1. Lineage first: an idempotent retry ends here, whatever the source's
 	// state is now, holding only the replay row lock.
-	if out, err := findExisting(ctx, tx, req); out != nil || err != nil {
-		return out, err
+	found, err := s.findExisting(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if found != nil {
+		return existingOutcome(req, *found)
 	}
 	failpoint.Inject(ctx, failpoint.ReplayAfterLookup, call(req, 0))
-	// 2. Lock the source while it is eligible, or classify why it is not.
-	source, out, err := lockSource(ctx, tx, req)
+	// 2. Lock the source while it is eligible, or classify why it is not;
+	// 3. in the same round trip, once it is locked, look up the lineage
+	// again: a concurrent identical request may have committed its replay
+	// while this one waited for the lock.
+	source, out, err := lockSource(ctx, s, req)
 	if out != nil || err != nil {
-		return out, err
-	}
-	// 3. A concurrent identical request may have committed its replay while
-	// this one waited for the source lock; it wrote the lineage before
-	// releasing the lock, so this statement's fresh snapshot sees it.
-	if out, err := findExisting(ctx, tx, req); out != nil || err != nil {
 		return out, err
 	}
 	failpoint.Inject(ctx, failpoint.ReplayAfterSourceLock, call(req, 0))
 	// 4. Create the replay, its event and the lineage in one statement.
-	out, err = insertReplay(ctx, tx, req, source)
-	if err == nil {
-		failpoint.Inject(ctx, failpoint.ReplayAfterInsert, call(req, 0))
-	}
-	return out, err
+	return insertReplay(ctx, s, req, source)
 }
 
 func call(req Request, attempt int) failpoint.ReplayCall {
 	return failpoint.ReplayCall{SourceJobID: req.SourceJobID, Key: req.Key, Attempt: attempt}
 }
 
-// findExisting looks up the lineage of (source, expected run, key) in the
-// caller's scope. It returns nil, nil when there is none; Replayed
-// (Existing) when the stored reason matches, having locked the replay row
-// FOR NO KEY UPDATE; the conflict error, with nothing locked, when it
-// does not.
-func findExisting(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
-	row, err := queries.JobReplayGetForRequest(ctx, tx, db.JobReplayGetForRequestParams{
+// lineage is a lineage row of the request as a lookup returns it: the
+// replay's status and run are set when the stored reason matched (and the
+// replay row was then locked).
+type lineage struct {
+	replayJobID uuid.UUID
+	reason      string
+	status      *db.JobStatus
+	runNumber   *int32
+}
+
+// findExisting runs the first lineage lookup, with the isolation probe, in
+// the first round trip: owned, in one batch behind BEGIN READ COMMITTED;
+// in a caller's transaction, alone, refusing an isolation level other than
+// READ COMMITTED (under which the statement has read and locked nothing).
+// It returns nil when there is no lineage.
+func (s *session) findExisting(ctx context.Context, req Request) (*lineage, error) {
+	params := db.JobReplayGetForRequestParams{
 		SourceJobID:      req.SourceJobID,
 		SourceRunNumber:  req.ExpectedRunNumber,
 		ReplayRequestKey: req.Key,
 		OrganizationID:   req.Scope.OrganizationIDPtr(),
 		Reason:           req.Reason,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
 	}
+	if s.owned {
+		var p pipeline
+		begin := queue(&p, func(q db.DBTX) (struct{}, error) {
+			return struct{}{}, queries.TransactionBeginReadCommitted(ctx, q)
+		})
+		lookup := queue(&p, func(q db.DBTX) (db.JobReplayGetForRequestRow, error) {
+			return queries.JobReplayGetForRequest(ctx, q, params)
+		})
+		batchErr := p.send(ctx, s.c)
+		switch i, err := firstError(batchErr, begin.err, lookup.err); i {
+		case -1:
+		case 0:
+			return nil, dberr.Translate(ctx, "begin "+ownedOperation+" transaction", err)
+		default:
+			return nil, dberr.Translate(ctx, "load existing job replay", err)
+		}
+		if lookup.err != nil { // no row: the statement always returns one
+			return nil, runledger.InvariantViolated("lineage lookup returned no row")
+		}
+		failpoint.Inject(ctx, failpoint.TxnAfterBegin, failpoint.TxnCall{Op: ownedOperation})
+		if !txn.IsReadCommitted(lookup.val.Isolation) {
+			return nil, runledger.InvariantViolated(fmt.Sprintf("owned replay transaction runs at %s, not READ COMMITTED", lookup.val.Isolation))
+		}
+		return lineageOf(lookup.val)
+	}
+	row, err := queries.JobReplayGetForRequest(ctx, uuidConn{s.c}, params)
 	if err != nil {
-		return nil, dberr.Translate(ctx, "load existing job replay", err)
+		return nil, dberr.Translate(ctx, "inspect transaction isolation and load existing job replay", err)
 	}
-	return existingOutcome(req, row)
+	if err := txn.CheckIsolation(row.Isolation, txOperation, runledger.ErrReplayUnsupportedIsolation); err != nil {
+		return nil, err
+	}
+	return lineageOf(row)
 }
 
-func existingOutcome(req Request, row db.JobReplayGetForRequestRow) (Outcome, error) {
-	if row.Reason != req.Reason {
+func lineageOf(row db.JobReplayGetForRequestRow) (*lineage, error) {
+	if row.ReplayJobID == nil {
+		if row.Reason != nil || row.ReplayStatus != nil || row.ReplayRunNumber != nil {
+			return nil, runledger.InvariantViolated("lineage lookup returned replay columns without a lineage row")
+		}
+		return nil, nil
+	}
+	if row.Reason == nil {
+		return nil, runledger.InvariantViolated("lineage lookup returned a lineage row without its reason")
+	}
+	return &lineage{replayJobID: *row.ReplayJobID, reason: *row.Reason, status: row.ReplayStatus, runNumber: row.ReplayRunNumber}, nil
+}
+
+// existingOutcome classifies a lineage row found for the request: Replayed
+// (Existing) when the stored reason matches, the conflict error, with
+// nothing locked by the lookup, when it does not.
+func existingOutcome(req Request, found lineage) (Outcome, error) {
+	if found.reason != req.Reason {
 		return nil, runledger.New(runledger.ErrReplayIdempotencyConflict,
 			"job replay request reused its key with different request metadata")
 	}
-	if row.ReplayStatus == nil || row.ReplayRunNumber == nil {
+	if found.status == nil || found.runNumber == nil {
 		// The lineage row exists but its replay job could not be read: it was
 		// deleted after this statement's snapshot was taken.
 		return nil, runledger.Internal(runledger.CodeReplayIdempotencyConflictMissingExisting,
 			"Job replay retry could not be resolved.",
 			"job replay lineage referenced an existing replay job that could not be loaded")
 	}
-	status, err := rows.Status(*row.ReplayStatus)
+	status, err := rows.Status(*found.status)
 	if err != nil {
 		return nil, err
 	}
@@ -160,65 +258,173 @@ func existingOutcome(req Request, row db.JobReplayGetForRequestRow) (Outcome, er
 		SourceJobID:     req.SourceJobID,
 		SourceRunNumber: req.ExpectedRunNumber,
 		Disposition:     DispositionExisting,
-		Replay:          ReplayJob{JobID: row.ReplayJobID, Status: status, RunNumber: *row.ReplayRunNumber},
+		Replay:          ReplayJob{JobID: found.replayJobID, Status: status, RunNumber: *found.runNumber},
 	}, nil
 }
 
+// lockTokens numbers the attempts of the lock loop in this process; an
+// attempt's token marks, in the transaction, that its locking read took
+// the source (JobLockEligibleReplaySource). A transaction is used by one
+// process, so the numbers are unique where they are compared.
+var lockTokens atomic.Uint64
+
+// lockAttempt is what one round trip of the lock loop returns.
+type lockAttempt struct {
+	locked   *db.JobLockEligibleReplaySourceRow         // nil: the locking read missed
+	existing *lineage                                   // second lookup; only after a lock
+	actual   *db.JobGetReplaySourceForClassificationRow // classification; only after a miss
+}
+
 // lockSource locks the source FOR NO KEY UPDATE while it is eligible (in
-// scope, SUCCEEDED at the expected run, not workflow-managed). When the
-// locking read finds nothing, an unlocked read tells why: NotFound,
-// ExpectationMismatch, the workflow-managed error, or, if the row is
-// eligible after all (it changed between the statements), another attempt.
-func lockSource(ctx context.Context, tx pgx.Tx, req Request) (db.JobQueue, Outcome, error) {
+// scope, SUCCEEDED at the expected run, not workflow-managed), and then
+// looks up the lineage again. When the locking read finds nothing, an
+// unlocked read tells why: NotFound, ExpectationMismatch, the
+// workflow-managed error, or, if the row is eligible after all (it changed
+// between the statements), another attempt.
+//
+// Each attempt is one round trip carrying three statements: the locking
+// read, the second lineage lookup and the classification read. The last two
+// are made conditional in SQL on the first (through a transaction-local
+// marker the locking read sets only when it returns the row): after a lock
+// the lookup runs and the classification reads nothing; after a miss the
+// lookup reads and locks nothing and the classification runs. So no
+// statement runs whose result is thrown away and that could have taken a
+// lock, which a caller's transaction would otherwise keep until it ends.
+func lockSource(ctx context.Context, s *session, req Request) (db.JobLockEligibleReplaySourceRow, Outcome, error) {
+	var none db.JobLockEligibleReplaySourceRow
 	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
 		failpoint.Inject(ctx, failpoint.ReplayBeforeSourceLock, call(req, attempt))
-		locked, err := queries.JobLockEligibleReplaySource(ctx, tx, db.JobLockEligibleReplaySourceParams{
-			ID:                req.SourceJobID,
-			OrganizationID:    req.Scope.OrganizationIDPtr(),
-			ExpectedRunNumber: req.ExpectedRunNumber,
-		})
-		if err == nil {
-			if locked.WorkflowManaged {
-				return db.JobQueue{}, nil, runledger.InvariantViolated("locked replay source is workflow-managed")
-			}
-			return locked.JobQueue, nil, nil
+		token := strconv.FormatUint(lockTokens.Add(1), 36)
+		got, err := s.lockRoundTrip(ctx, req, token)
+		if err != nil {
+			return none, nil, err
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return db.JobQueue{}, nil, dberr.Translate(ctx, "lock successful job replay source", err)
+		if got.locked != nil {
+			switch {
+			case got.locked.WorkflowManaged:
+				return none, nil, runledger.InvariantViolated("locked replay source is workflow-managed")
+			case got.locked.LockToken != token:
+				return none, nil, runledger.InvariantViolated("source lock marker holds another attempt's token")
+			case got.actual != nil:
+				return none, nil, runledger.InvariantViolated("classification read ran although the source lock succeeded")
+			}
+			if got.existing != nil {
+				out, err := existingOutcome(req, *got.existing)
+				return none, out, err
+			}
+			return *got.locked, nil, nil
+		}
+		if got.existing != nil {
+			return none, nil, runledger.InvariantViolated("second lineage lookup ran although the source lock missed")
 		}
 		failpoint.Inject(ctx, failpoint.ReplayAfterLockMiss, call(req, attempt))
 
-		actual, err := queries.JobGetReplaySourceForClassification(ctx, tx, db.JobGetReplaySourceForClassificationParams{
-			ID:             req.SourceJobID,
-			OrganizationID: req.Scope.OrganizationIDPtr(),
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return db.JobQueue{}, NotFound{}, nil
-		}
-		if err != nil {
-			return db.JobQueue{}, nil, dberr.Translate(ctx, "read successful job replay mismatch", err)
-		}
-		eligible := actual.JobQueue.Status == db.JobStatusSUCCEEDED && actual.JobQueue.RunNumber == req.ExpectedRunNumber
-		if !eligible {
-			job, err := rows.Job(actual.JobQueue)
+		actual := got.actual
+		if actual != nil && eligible(req, *actual) && actual.WorkflowManaged {
+			// The one verdict that ends the call with an error rather than
+			// an outcome or another attempt is read again, in a statement
+			// of its own after the ReplayAfterLockMiss failpoint, as the
+			// reference reads it (step 3.2(b)): workflow membership may be
+			// what changed between the locking read and the pipelined read.
+			// An error path only, so the extra round trip is never on a
+			// measured path.
+			actual, err = s.classify(ctx, req, token)
 			if err != nil {
-				return db.JobQueue{}, nil, err
+				return none, nil, err
 			}
-			return db.JobQueue{}, ExpectationMismatch{Actual: job}, nil
+		}
+		if actual == nil {
+			return none, NotFound{}, nil
+		}
+		if !eligible(req, *actual) {
+			job, err := actualJob(actual.Job)
+			if err != nil {
+				return none, nil, err
+			}
+			return none, ExpectationMismatch{Actual: job}, nil
 		}
 		if actual.WorkflowManaged {
-			return db.JobQueue{}, nil, runledger.New(runledger.ErrWorkflowManaged, "workflow managed job requeue is not supported")
+			return none, nil, runledger.New(runledger.ErrWorkflowManaged, "workflow managed job requeue is not supported")
 		}
 		// Eligible now, but not when the locking read ran: its snapshot was
 		// older. Retry with a fresh one.
 	}
-	return db.JobQueue{}, nil, runledger.New(runledger.ErrReplaySourceUnstable,
+	return none, nil, runledger.New(runledger.ErrReplaySourceUnstable,
 		fmt.Sprintf("job replay source %s stayed eligible to the unlocked read but not to the locking read after %d attempts",
 			req.SourceJobID, MaxSourceLockAttempts))
 }
 
-// insertReplay creates the replay of the locked source.
-func insertReplay(ctx context.Context, tx pgx.Tx, req Request, source db.JobQueue) (Outcome, error) {
+func eligible(req Request, j db.JobGetReplaySourceForClassificationRow) bool {
+	return j.Status == db.JobStatusSUCCEEDED && j.RunNumber == req.ExpectedRunNumber
+}
+
+// lockRoundTrip sends one attempt's three statements in one batch.
+func (s *session) lockRoundTrip(ctx context.Context, req Request, token string) (lockAttempt, error) {
+	org := req.Scope.OrganizationIDPtr()
+	lock := db.JobLockEligibleReplaySourceParams{
+		LockToken: token, ID: req.SourceJobID, OrganizationID: org, ExpectedRunNumber: req.ExpectedRunNumber,
+	}
+	after := db.JobReplayGetForRequestAfterSourceLockParams{
+		SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber, ReplayRequestKey: req.Key,
+		OrganizationID: org, LockToken: token, Reason: req.Reason,
+	}
+	classify := db.JobGetReplaySourceForClassificationParams{ID: req.SourceJobID, OrganizationID: org, LockToken: token}
+
+	var p pipeline
+	locked := queue(&p, func(q db.DBTX) (db.JobLockEligibleReplaySourceRow, error) {
+		return queries.JobLockEligibleReplaySource(ctx, q, lock)
+	})
+	again := queue(&p, func(q db.DBTX) (db.JobReplayGetForRequestAfterSourceLockRow, error) {
+		return queries.JobReplayGetForRequestAfterSourceLock(ctx, q, after)
+	})
+	actual := queue(&p, func(q db.DBTX) (db.JobGetReplaySourceForClassificationRow, error) {
+		return queries.JobGetReplaySourceForClassification(ctx, q, classify)
+	})
+	batchErr := p.send(ctx, s.c)
+
+	var got lockAttempt
+	switch i, err := firstError(batchErr, locked.err, again.err, actual.err); i {
+	case -1:
+	case 0:
+		return got, dberr.Translate(ctx, "lock successful job replay source", err)
+	case 1:
+		return got, dberr.Translate(ctx, "load existing job replay", err)
+	default:
+		return got, dberr.Translate(ctx, "read successful job replay mismatch", err)
+	}
+	if locked.err == nil {
+		got.locked = &locked.val
+	}
+	if again.err == nil {
+		got.existing = &lineage{replayJobID: again.val.ReplayJobID, reason: again.val.Reason,
+			status: again.val.ReplayStatus, runNumber: again.val.ReplayRunNumber}
+	}
+	if actual.err == nil {
+		got.actual = &actual.val
+	}
+	return got, nil
+}
+
+// classify reads the source for classification in a statement of its own,
+// after this attempt's locking read (marked by token) missed; nil when
+// there is no such job in the caller's scope.
+func (s *session) classify(ctx context.Context, req Request, token string) (*db.JobGetReplaySourceForClassificationRow, error) {
+	row, err := queries.JobGetReplaySourceForClassification(ctx, uuidConn{s.c}, db.JobGetReplaySourceForClassificationParams{
+		ID: req.SourceJobID, OrganizationID: req.Scope.OrganizationIDPtr(), LockToken: token,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, dberr.Translate(ctx, "read successful job replay mismatch", err)
+	}
+	return &row, nil
+}
+
+// insertReplay creates the replay of the locked source: in a caller's
+// transaction one statement; owned, that statement and COMMIT in one
+// batch.
+func insertReplay(ctx context.Context, s *session, req Request, source db.JobLockEligibleReplaySourceRow) (Outcome, error) {
 	if key := source.ExecutionResourceKey; key != nil {
 		if err := runledger.ValidateExecutionResourceKey(*key); err != nil {
 			return nil, err
@@ -228,26 +434,44 @@ func insertReplay(ctx context.Context, tx pgx.Tx, req Request, source db.JobQueu
 	if err != nil {
 		return nil, runledger.Internal(runledger.CodeInvariantViolated, "Job id could not be generated.", "generate replay job id: "+err.Error())
 	}
-	row, err := queries.JobInsertReplay(ctx, tx, db.JobInsertReplayParams{
+	params := db.JobInsertReplayParams{
 		SourceJobID:      source.ID,
 		ReplayJobID:      replayID,
 		ReplayRequestKey: req.Key,
 		Reason:           req.Reason,
-	})
+	}
+	var row db.JobInsertReplayRow
+	if s.owned {
+		row, err = s.insertAndCommit(ctx, req, params)
+	} else {
+		row, err = queries.JobInsertReplay(ctx, uuidConn{s.c}, params)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			err = dberr.Translate(ctx, "record successful job replay", err)
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Nothing was written (the statement inserts only through the
+		// definition it found).
 		return nil, runledger.New(runledger.ErrDefinitionNotFoundOrDisabled,
 			fmt.Sprintf("enqueue job: definition missing or disabled for job type %q", source.JobType))
 	}
 	if err != nil {
-		return nil, dberr.Translate(ctx, "record successful job replay", err)
+		return nil, err
+	}
+	if !s.owned {
+		failpoint.Inject(ctx, failpoint.ReplayAfterInsert, call(req, 0))
+	}
+	committed := ""
+	if s.owned {
+		committed = " (the transaction committed)"
 	}
 	switch {
 	case row.ID != replayID || row.SourceJobID != source.ID || row.SourceRunNumber != source.RunNumber:
-		return nil, runledger.InvariantViolated("replay insert returned another job or source than requested")
+		return nil, runledger.InvariantViolated("replay insert returned another job or source than requested" + committed)
 	case row.Status != db.JobStatusPENDING || row.RunNumber != 1:
-		return nil, runledger.InvariantViolated(fmt.Sprintf("new replay job is %s at run %d, want PENDING at run 1", row.Status, row.RunNumber))
+		return nil, runledger.InvariantViolated(fmt.Sprintf("new replay job is %s at run %d, want PENDING at run 1%s", row.Status, row.RunNumber, committed))
 	case row.EventCount != 1 || row.LineageCount != 1:
-		return nil, runledger.InvariantViolated(fmt.Sprintf("replay insert wrote %d events and %d lineage rows, want 1 and 1", row.EventCount, row.LineageCount))
+		return nil, runledger.InvariantViolated(fmt.Sprintf("replay insert wrote %d events and %d lineage rows, want 1 and 1%s", row.EventCount, row.LineageCount, committed))
 	}
 	return Replayed{
 		SourceJobID:     row.SourceJobID,

@@ -66,27 +66,44 @@ func Enable(name string, hook Hook) (disable func()) {
 }
 
 // Failpoints of package replay. Each receives a ReplayCall.
+//
+// Replay sends its statements in batches (one round trip each): in
+// SucceededJob [BEGIN + lookup], [source lock + second lookup +
+// classification read], [insert + COMMIT]; in SucceededJobTx the same
+// without BEGIN and COMMIT. A failpoint between two statements of one
+// batch fires where the client last acts before them, as noted.
 const (
 	// ReplayAfterLookup: the first lineage lookup found nothing.
 	ReplayAfterLookup = "replay/after-lookup"
-	// ReplayBeforeSourceLock: before each locking read of the source.
+	// ReplayBeforeSourceLock: before each locking read of the source (before
+	// each attempt's batch).
 	ReplayBeforeSourceLock = "replay/before-source-lock"
-	// ReplayAfterLockMiss: a locking read found nothing, before the unlocked
-	// classification read.
+	// ReplayAfterLockMiss: a locking read found nothing. The classification
+	// read travelled in the same batch; when it saw the source SUCCEEDED at
+	// the expected run but workflow-managed (the one verdict that ends in
+	// an error), it is read again in a statement of its own after this
+	// point, and that read decides.
 	ReplayAfterLockMiss = "replay/after-lock-miss"
 	// ReplayAfterSourceLock: the source is locked and the second lookup
 	// found nothing; the insert is next.
 	ReplayAfterSourceLock = "replay/after-source-lock"
 	// ReplayAfterInsert: the replay, its event and lineage are written in
-	// the open transaction.
+	// the open transaction (SucceededJobTx). In SucceededJob the insert and
+	// COMMIT travel in one batch, and this point fires just before that
+	// batch is sent, followed by TxnBeforeCommit.
 	ReplayAfterInsert = "replay/after-insert"
 )
 
-// Failpoints of owned transactions (internal/txn). Each receives a TxnCall.
+// Failpoints of owned transactions (internal/txn, and replay.SucceededJob,
+// which runs its transaction by hand). Each receives a TxnCall.
 const (
-	// TxnAfterBegin: the transaction has begun; the operation is next.
+	// TxnAfterBegin: the transaction has begun; the operation is next. In
+	// replay.SucceededJob BEGIN travels with the first lookup, and this
+	// point fires once that batch has returned.
 	TxnAfterBegin = "txn/after-begin"
-	// TxnBeforeCommit: the operation succeeded; COMMIT is next.
+	// TxnBeforeCommit: the operation succeeded; COMMIT is next. In
+	// replay.SucceededJob's insert path COMMIT travels with the insert,
+	// and this point fires just before that batch is sent.
 	TxnBeforeCommit = "txn/before-commit"
 )
 

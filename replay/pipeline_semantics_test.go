@@ -1,0 +1,208 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/failpoint"
+	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/replay"
+)
+
+// Semantics of the pipelined statements: what rides in a round trip with
+// something else must not read, lock or commit what the one-statement-per-
+// round-trip protocol would not have.
+
+// Under a refused isolation level the combined probe and lookup matches no
+// lineage, so it locks no row, even one the same request under READ
+// COMMITTED would lock (the replay of a matching lineage row).
+func TestRefusedIsolationLocksNoRow(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
+	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = replay.SucceededJobTx(ctx, tx, req)
+		if !errors.Is(err, runledger.ErrReplayUnsupportedIsolation) {
+			t.Fatalf("%s: %v, want the isolation refusal", level, err)
+		}
+		for _, id := range []uuid.UUID{first.Replay.JobID, sourceID} {
+			if locks := probeRowLocks(t, pool, id); !locks.unlocked() {
+				t.Fatalf("%s: job %s locked %+v by a refused request", level, id, locks)
+			}
+		}
+		_ = tx.Rollback(ctx)
+	}
+}
+
+// The second lineage lookup travels with the source lock in one round trip
+// but runs only if that lock succeeded. Here lineage for the request is
+// committed between the first lookup and the lock while the source moves
+// to another run: the lock misses, the outcome is a mismatch, and the
+// replay row of that lineage, which the lookup would have locked had it
+// run, stays unlocked in the caller's open transaction.
+func TestSecondLookupDoesNotRunWhenTheSourceLockMisses(t *testing.T) {
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
+	replayID := uuid.Must(uuid.NewV7())
+
+	defer failpoint.Enable(failpoint.ReplayAfterLookup, onSource(sourceID, func(int) {
+		// Another connection: a replay of run 1 under this key, then the
+		// source is re-run.
+		mustExec(t, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 5)`, replayID)
+		mustExec(t, pool, `INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+			VALUES ($1, 1, 'k', $2, 'r')`, sourceID, replayID)
+		mustExec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
+	}))()
+
+	tx, _ := beginTx(t, ctx, pool)
+	out, err := replay.SucceededJobTx(ctx, tx, req)
+	m, ok := out.(replay.ExpectationMismatch)
+	if err != nil || !ok || m.Actual.RunNumber != 2 {
+		t.Fatalf("outcome %T %+v err %v, want a mismatch at run 2", out, out, err)
+	}
+	for _, id := range []uuid.UUID{replayID, sourceID} {
+		if locks := probeRowLocks(t, pool, id); !locks.unlocked() {
+			t.Fatalf("job %s locked %+v after a missed source lock", id, locks)
+		}
+	}
+	_ = tx.Rollback(ctx)
+}
+
+// An error the server reports for the insert stops the batch before its
+// COMMIT: the call returns the insert's classified error, nothing is
+// written, and the connection, rolled back, goes back to the pool rather
+// than being destroyed.
+func TestInsertErrorInTheFinalBatchRollsBackAndKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := poolWith(t, 1, nil)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	mustExec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_refused CHECK (replay_request_key <> 'refused')`)
+	conns := pool.Stat().NewConnsCount()
+
+	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
+	if e := wantCode(t, err, runledger.CodeBusinessRuleViolation); e.Constraint != "test_refused" || errors.Is(err, runledger.ErrCommitUnconfirmed) {
+		t.Fatalf("%+v", e)
+	}
+	if n := countRows(t, pool, "job_queue"); n != 1 {
+		t.Fatalf("%d jobs: the refused insert was committed", n)
+	}
+	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "accepted", Reason: "r"}))
+	if got.Disposition != replay.DispositionInserted {
+		t.Fatalf("%+v", got)
+	}
+	if n := pool.Stat().NewConnsCount(); n != conns {
+		t.Fatalf("%d connections opened after the failed call, want the same one reused", n-conns)
+	}
+}
+
+// A COMMIT that fails after the insert succeeded, in the same batch, is
+// commit-unconfirmed, not the insert's error. A deferred constraint
+// trigger refuses the lineage at COMMIT here, so the transaction rolls
+// back and nothing is written.
+func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	mustExec(t, pool, `CREATE FUNCTION test_refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused at commit'; END $$`)
+	mustExec(t, pool, `CREATE CONSTRAINT TRIGGER test_refuse_at_commit AFTER INSERT ON job_replays
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_refuse_at_commit()`)
+
+	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.CodeCommitUnconfirmed {
+		t.Fatalf("err %v, want commit-unconfirmed", err)
+	}
+	if e := wantCode(t, err, runledger.CodeCommitUnconfirmed); e.SQLState != "P0001" {
+		t.Fatalf("%+v: want the COMMIT's SQLSTATE", e)
+	}
+	if n := countRows(t, pool, "job_queue"); n != 1 {
+		t.Fatalf("%d jobs after a refused COMMIT", n)
+	}
+}
+
+// A context that ends before the last batch is sent: nothing was sent, so
+// this is not a failed COMMIT; the transaction is rolled back and the error
+// wraps the context's.
+func TestContextDoneBeforeTheFinalBatchRollsBack(t *testing.T) {
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer failpoint.Enable(failpoint.ReplayAfterSourceLock, onSource(sourceID, func(int) { cancel() }))()
+
+	_, err := replay.SucceededJob(callCtx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CategoryOf(err) != runledger.CategoryTransient {
+		t.Fatalf("err %v, want a transient error wrapping context.Canceled", err)
+	}
+	if n := countRows(t, pool, "job_queue"); n != 1 {
+		t.Fatalf("%d jobs", n)
+	}
+	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
+		t.Fatalf("source still locked: %+v", locks)
+	}
+	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+}
+
+// The mismatch outcome's actual job is decoded from the classification
+// read's single JSON column; it equals, field for field and byte for byte,
+// the job as the library reads it column by column, with every field set
+// (timestamps, progress, JSON documents, keys) or NULL.
+func TestMismatchActualEqualsTheJobAsRead(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pool := testdb.New(t)
+	org := uuid.New()
+	s := succeeded(runledger.Organization(org))
+	key, resource := "idem-1", "printer-9"
+	s.idempotencyKey, s.resourceKey = &key, &resource
+	full := seed(t, pool, s)
+	mustExec(t, pool, `UPDATE job_queue SET status_reason = 'why', last_error_code = 'E1', last_error_message = 'boom',
+		lease_expires_at = now() + interval '1 minute', last_heartbeat_at = now(), progress_done = 3, progress_total = 7,
+		checkpoint = '{"c":[1,{"d":null}]}', output = '"text"' WHERE id = $1`, full)
+	bare := seed(t, pool, succeeded(runledger.Global()))
+	mustExec(t, pool, `UPDATE job_queue SET checkpoint = NULL, output = NULL, worker_id = NULL, started_at = NULL,
+		finished_at = NULL, progress_done = NULL, progress_total = NULL WHERE id = $1`, bare)
+
+	for _, c := range []struct {
+		id    uuid.UUID
+		scope runledger.Scope
+	}{{full, runledger.Organization(org)}, {bare, runledger.Global()}} {
+		out, err := replay.SucceededJob(ctx, pool, replay.Request{Scope: c.scope, SourceJobID: c.id, ExpectedRunNumber: 5, Key: "k", Reason: "r"})
+		m, ok := out.(replay.ExpectationMismatch)
+		if err != nil || !ok {
+			t.Fatalf("outcome %T %v", out, err)
+		}
+		row, err := db.New().JobGet(ctx, pool, db.JobGetParams{ID: c.id, OrganizationID: c.scope.OrganizationIDPtr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := rows.Job(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(m.Actual, want) {
+			t.Fatalf("actual\n%+v\nwant\n%+v", m.Actual, want)
+		}
+	}
+}

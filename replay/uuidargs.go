@@ -1,0 +1,103 @@
+package replay
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The generated statements take and return github.com/google/uuid values.
+// pgx v5 knows them only as driver.Valuer and sql.Scanner: it encodes each
+// through its text form, after a failed binary attempt that builds an
+// error with fmt (about a quarter of the client's CPU time per replay in
+// the benchmarks), and decodes each through a string. uuidArgs and
+// uuidRow hand pgx pgtype.UUID values instead, which it encodes and
+// decodes in binary directly: the same bytes on the wire, only cheaper.
+// Nothing changes for the caller's connection or its type map.
+
+// uuidArgs returns args with every uuid.UUID and *uuid.UUID replaced by
+// an equivalent pgtype.UUID (a nil pointer by a NULL one). args is
+// modified in place and returned.
+func uuidArgs(args []any) []any {
+	for i, a := range args {
+		switch v := a.(type) {
+		case uuid.UUID:
+			args[i] = pgtype.UUID{Bytes: v, Valid: true}
+		case *uuid.UUID:
+			if v == nil {
+				args[i] = pgtype.UUID{}
+			} else {
+				args[i] = pgtype.UUID{Bytes: *v, Valid: true}
+			}
+		}
+	}
+	return args
+}
+
+// uuidRow scans into *uuid.UUID and **uuid.UUID destinations through
+// pgtype.UUID.
+type uuidRow struct{ pgx.Row }
+
+func (r uuidRow) Scan(dest ...any) error {
+	type fix struct {
+		tmp  *pgtype.UUID
+		val  *uuid.UUID
+		null **uuid.UUID
+	}
+	var fixes []fix
+	for i, d := range dest {
+		switch v := d.(type) {
+		case *uuid.UUID:
+			f := fix{tmp: new(pgtype.UUID), val: v}
+			dest[i] = f.tmp
+			fixes = append(fixes, f)
+		case **uuid.UUID:
+			f := fix{tmp: new(pgtype.UUID), null: v}
+			dest[i] = f.tmp
+			fixes = append(fixes, f)
+		}
+	}
+	if err := r.Row.Scan(dest...); err != nil {
+		return err
+	}
+	for _, f := range fixes {
+		switch {
+		case f.val != nil:
+			if !f.tmp.Valid {
+				return errNullUUID
+			}
+			*f.val = f.tmp.Bytes
+		case f.tmp.Valid:
+			id := uuid.UUID(f.tmp.Bytes)
+			*f.null = &id
+		default:
+			*f.null = nil
+		}
+	}
+	return nil
+}
+
+// errNullUUID mirrors what scanning NULL into a uuid.UUID reports.
+var errNullUUID = errorString("replay: cannot scan NULL into a uuid.UUID")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// uuidConn runs generated statements on c with uuidArgs and uuidRow.
+type uuidConn struct{ c conn }
+
+func (u uuidConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return u.c.Exec(ctx, sql, uuidArgs(args)...)
+}
+
+func (u uuidConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return u.c.Query(ctx, sql, uuidArgs(args)...)
+}
+
+func (u uuidConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return uuidRow{u.c.QueryRow(ctx, sql, uuidArgs(args)...)}
+}
