@@ -1,0 +1,792 @@
+// Package bench measures compare-and-replay end to end (the code behind
+// `runledger bench`): it seeds a database with succeeded sources, runs
+// replay.SucceededJob from N concurrent clients for a fixed time on each
+// path (inserted, existing, mismatch, not_found), and reports throughput
+// and latency percentiles; optionally it runs the same work from pgbench,
+// the reference protocol (one statement per round trip) and this project's
+// pipelined protocol, against the same database, and reports the ratios.
+//
+// It is tooling: the seeding and the pgbench scripts hold SQL of their own.
+// The library's statements run only through package replay.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/pgtemp"
+	"github.com/runledger-go/runledger/replay"
+)
+
+// Path is one outcome of a replay the bench exercises.
+type Path string
+
+// The paths, in report order.
+const (
+	Inserted Path = "inserted"  // a new key on a seeded source: a replay is created
+	Existing Path = "existing"  // the seeded key and reason: an idempotent retry
+	Mismatch Path = "mismatch"  // an expected run of 2 on a source at run 1
+	NotFound Path = "not_found" // an id past the seeded range
+)
+
+// Paths lists every path.
+var Paths = []Path{Inserted, Existing, Mismatch, NotFound}
+
+// ParsePath parses a path name.
+func ParsePath(s string) (Path, error) {
+	for _, p := range Paths {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown path %q (want inserted, existing, mismatch or not_found)", s)
+}
+
+// Clients that run the work.
+const (
+	ClientGo                       = "go"
+	ClientPgbenchReference         = "pgbench-reference"
+	ClientPgbenchPipelined         = "pgbench-pipelined"
+	styleReference, stylePipelined = "reference", "pipelined"
+)
+
+// RoundTrips is the protocol's round trips per operation, by client and
+// path (with the statement cache warm).
+var RoundTrips = map[string]map[Path]int{
+	ClientGo:               {Inserted: 3, Existing: 2, Mismatch: 3, NotFound: 3},
+	ClientPgbenchPipelined: {Inserted: 3, Existing: 2, Mismatch: 3, NotFound: 3},
+	ClientPgbenchReference: {Inserted: 9, Existing: 4, Mismatch: 6, NotFound: 6},
+}
+
+// Server kinds.
+const (
+	ServerDurable    = "durable"    // throwaway server, PostgreSQL's durable defaults (fsync on)
+	ServerFast       = "fast"       // throwaway server, fsync, synchronous_commit and full_page_writes off
+	ServerConfigured = "configured" // the database the caller gave
+)
+
+// Options configures Run.
+type Options struct {
+	// DatabaseURL is the database to run on; it is migrated, and its rows
+	// of JobType replaced by the seed. Empty: throwaway servers started
+	// for the run (package pgtemp), one per entry of Servers.
+	DatabaseURL string
+	// Servers lists the throwaway servers to run on, ServerDurable and/or
+	// ServerFast. Ignored with DatabaseURL.
+	Servers []string
+	// Sources lists the seed sizes; each gets its own database (a fresh
+	// seed of the configured one).
+	Sources []int
+	// Clients lists the numbers of concurrent clients.
+	Clients []int
+	// Paths lists the paths to run (default all).
+	Paths []Path
+	// Duration is how long each measured run lasts (whole seconds);
+	// Warmup runs the same load first, unmeasured.
+	Duration, Warmup time.Duration
+	// CancelableContext makes the Go client pass a cancelable context to
+	// every call, as a request handler would (pgx then watches it with a
+	// goroutine per round trip); by default the calls' context cannot be
+	// canceled.
+	CancelableContext bool
+	// Rounds repeats every run, rotating the order of the clients (Go,
+	// pgbench reference, pgbench pipelined), and reports them together
+	// (default 1).
+	Rounds int
+	// AddedRTT lists the latencies to add to every round trip through a
+	// loopback proxy; 0 is a direct connection.
+	AddedRTT []time.Duration
+	// ComparePgbench also runs the pgbench scripts (package
+	// bench/pgbench) after each Go run, with the same clients, paths and
+	// duration, against the same database.
+	ComparePgbench bool
+	// Pgbench is the pgbench binary; empty: next to the server binaries
+	// (package pgtemp finds them), else on PATH.
+	Pgbench string
+	// Progress receives a progress line while a run goes on, and setup
+	// messages; nil discards them. ProgressTTY rewrites the line in place.
+	Progress    io.Writer
+	ProgressTTY bool
+}
+
+// Result is one measured run.
+type Result struct {
+	Server   string `json:"server"`
+	Sources  int    `json:"sources"`
+	AddedRTT string `json:"added_rtt"`
+	addedRTT time.Duration
+	// Proxied: the run went through the delay proxy (also with a zero
+	// delay, the baseline of the added-latency runs). HeldMS is how long
+	// the proxy actually held each chunk the client sent, on average: the
+	// added latency per round trip as delivered, timer overshoot included.
+	Proxied bool    `json:"proxied"`
+	HeldMS  float64 `json:"held_ms,omitempty"`
+	Path    Path    `json:"path"`
+	Client  string  `json:"client"`
+	Clients int     `json:"clients"`
+	Seconds float64 `json:"seconds"`
+	Ops     int64   `json:"ops"`
+	Errors  int64   `json:"errors"`
+	// FirstError describes the first failed or unexpected operation.
+	FirstError string `json:"first_error,omitempty"`
+	// PerSecond is operations per second; the latencies are in
+	// milliseconds.
+	PerSecond  float64 `json:"per_second"`
+	P50        float64 `json:"p50_ms"`
+	P95        float64 `json:"p95_ms"`
+	P99        float64 `json:"p99_ms"`
+	RoundTrips int     `json:"round_trips"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Machine  Machine  `json:"machine"`
+	Settings Settings `json:"settings"`
+	Results  []Result `json:"results"`
+}
+
+// Machine describes where the bench ran.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	GoVersion  string `json:"go_version"`
+	PostgreSQL string `json:"postgresql"`
+	Pgbench    string `json:"pgbench,omitempty"`
+}
+
+// Settings echoes the options that shape the figures.
+type Settings struct {
+	Servers  []string `json:"servers"`
+	Sources  []int    `json:"sources"`
+	Clients  []int    `json:"clients"`
+	Duration string   `json:"duration"`
+	Warmup   string   `json:"warmup"`
+	Rounds   int      `json:"rounds"`
+	AddedRTT []string `json:"added_rtt"`
+	Pgbench  bool     `json:"compare_pgbench"`
+	// CancelableContext: the Go calls got a cancelable context.
+	CancelableContext bool `json:"cancelable_context"`
+}
+
+// serverSettings are the settings of the throwaway servers besides
+// pgtemp's durability choice: room for the data set in memory, and no
+// checkpoint forced by WAL volume during a run.
+var serverSettings = map[string]string{
+	"shared_buffers":  "1GB",
+	"max_wal_size":    "8GB",
+	"max_connections": "200",
+}
+
+// Run runs the benchmark matrix and returns the report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	b := &runner{opts: opts, progress: opts.Progress}
+	if b.progress == nil {
+		b.progress = io.Discard
+	}
+	rep := &Report{Machine: Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), GoVersion: runtime.Version()}}
+	rep.Settings = Settings{Sources: opts.Sources, Clients: opts.Clients, Duration: opts.Duration.String(),
+		Warmup: opts.Warmup.String(), Rounds: opts.Rounds, Pgbench: opts.ComparePgbench,
+		CancelableContext: opts.CancelableContext}
+	for _, d := range opts.AddedRTT {
+		rep.Settings.AddedRTT = append(rep.Settings.AddedRTT, d.String())
+	}
+	if opts.DatabaseURL != "" {
+		rep.Settings.Servers = []string{ServerConfigured}
+		if err := b.onServer(ctx, rep, ServerConfigured, nil); err != nil {
+			return rep, err
+		}
+		return rep, nil
+	}
+	rep.Settings.Servers = opts.Servers
+	binDir, err := pgtemp.FindBinDir("")
+	if err != nil {
+		return rep, err
+	}
+	b.binDir = binDir
+	for _, kind := range opts.Servers {
+		b.logf("starting a throwaway %s PostgreSQL server", kind)
+		srv, err := pgtemp.Start(ctx, pgtemp.Options{BinDir: binDir, Durable: kind == ServerDurable, Settings: serverSettings})
+		if err != nil {
+			return rep, err
+		}
+		err = b.onServer(ctx, rep, kind, srv)
+		if stopErr := srv.Stop(); err == nil && stopErr != nil {
+			err = stopErr
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (o *Options) normalize() error {
+	if len(o.Servers) == 0 {
+		o.Servers = []string{ServerDurable, ServerFast}
+	}
+	for _, s := range o.Servers {
+		if s != ServerDurable && s != ServerFast {
+			return fmt.Errorf("bench: unknown server kind %q", s)
+		}
+	}
+	if len(o.Sources) == 0 {
+		o.Sources = []int{10_000}
+	}
+	for _, n := range o.Sources {
+		if n < 1 {
+			return errors.New("bench: --sources must be positive")
+		}
+	}
+	if len(o.Clients) == 0 {
+		o.Clients = []int{1, 16}
+	}
+	for _, c := range o.Clients {
+		if c < 1 || c > 150 {
+			return errors.New("bench: --clients must be between 1 and 150")
+		}
+	}
+	if len(o.Paths) == 0 {
+		o.Paths = Paths
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	o.Duration = o.Duration.Round(time.Second)
+	if o.Duration < time.Second {
+		o.Duration = time.Second
+	}
+	if o.Warmup < 0 {
+		return errors.New("bench: --warmup must not be negative")
+	}
+	o.Warmup = o.Warmup.Round(time.Second)
+	if o.Rounds < 1 {
+		o.Rounds = 1
+	}
+	if len(o.AddedRTT) == 0 {
+		o.AddedRTT = []time.Duration{0}
+	}
+	for _, d := range o.AddedRTT {
+		if d < 0 || d > time.Second {
+			return errors.New("bench: --added-rtt must be between 0 and 1s")
+		}
+	}
+	return nil
+}
+
+type runner struct {
+	opts     Options
+	progress io.Writer
+	binDir   string
+	pgbench  string
+	scripts  string // directory holding the pgbench scripts
+	proxy    *delayProxy
+}
+
+func (b *runner) logf(format string, args ...any) {
+	if b.opts.ProgressTTY {
+		fmt.Fprint(b.progress, "\r\033[K")
+	}
+	fmt.Fprintf(b.progress, "bench: "+format+"\n", args...)
+}
+
+// onServer runs the matrix on one server (srv nil: the configured
+// database).
+func (b *runner) onServer(ctx context.Context, rep *Report, kind string, srv *pgtemp.Server) error {
+	if b.opts.ComparePgbench && b.pgbench == "" {
+		bin, version, err := findPgbench(b.opts.Pgbench, b.binDir)
+		if err != nil {
+			return err
+		}
+		b.pgbench, rep.Machine.Pgbench = bin, version
+		dir, err := writeScripts()
+		if err != nil {
+			return err
+		}
+		b.scripts = dir
+		defer func() { _ = os.RemoveAll(dir); b.scripts = ""; b.pgbench = "" }()
+	}
+	if srv == nil {
+		// One database: each seed size in turn.
+		for _, n := range b.opts.Sources {
+			b.logf("configured database: seeding %d sources", n)
+			if err := prepare(ctx, b.opts.DatabaseURL, n, b.logf); err != nil {
+				return err
+			}
+			if err := b.onDatabases(ctx, rep, kind, []seeded{{n, b.opts.DatabaseURL}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// A database per seed size, all seeded first, so that the runs of the
+	// sizes can alternate.
+	var dbs []seeded
+	for _, n := range b.opts.Sources {
+		name := fmt.Sprintf("runledger_bench_%d", n)
+		if err := createDatabase(ctx, srv.URL("postgres"), name); err != nil {
+			return err
+		}
+		dbURL := srv.URL(name)
+		b.logf("%s server: seeding %d sources", kind, n)
+		if err := prepare(ctx, dbURL, n, b.logf); err != nil {
+			return err
+		}
+		dbs = append(dbs, seeded{n, dbURL})
+	}
+	return b.onDatabases(ctx, rep, kind, dbs)
+}
+
+// seeded is a database seeded with n sources.
+type seeded struct {
+	n   int
+	url string
+}
+
+// onDatabases runs the matrix on each network.
+func (b *runner) onDatabases(ctx context.Context, rep *Report, kind string, dbs []seeded) error {
+	if rep.Machine.PostgreSQL == "" {
+		rep.Machine.PostgreSQL = serverVersion(ctx, dbs[0].url)
+	}
+	for _, nt := range b.networks() {
+		targets := make([]seeded, len(dbs))
+		copy(targets, dbs)
+		var proxy *delayProxy
+		if nt.proxied {
+			addr, err := hostPort(dbs[0].url)
+			if err != nil {
+				return err
+			}
+			if proxy, err = startDelayProxy(addr, nt.rtt); err != nil {
+				return err
+			}
+			for i := range targets {
+				targets[i].url = withHostPort(targets[i].url, proxy.Addr())
+			}
+		}
+		b.proxy = proxy
+		err := b.matrix(ctx, rep, kind, targets, nt)
+		if proxy != nil {
+			proxy.Close()
+		}
+		b.proxy = nil
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// network is how the clients reach the server: directly, or through the
+// delay proxy with a delay (zero for the proxied baseline).
+type network struct {
+	rtt     time.Duration
+	proxied bool
+}
+
+// networks lists the networks to run on: each --added-rtt value, 0 being
+// direct; when some are not 0, a proxied run with no delay comes first,
+// the baseline that isolates the added latency from the proxy's own hops.
+func (b *runner) networks() []network {
+	var out []network
+	delayed := false
+	for _, d := range b.opts.AddedRTT {
+		if d > 0 {
+			delayed = true
+		}
+	}
+	for _, d := range b.opts.AddedRTT {
+		if d == 0 {
+			out = append(out, network{})
+		}
+	}
+	if delayed {
+		out = append(out, network{proxied: true})
+	}
+	for _, d := range b.opts.AddedRTT {
+		if d > 0 {
+			out = append(out, network{rtt: d, proxied: true})
+		}
+	}
+	return out
+}
+
+func (b *runner) matrix(ctx context.Context, rep *Report, kind string, dbs []seeded, nt network) error {
+	clientsOrder := []string{ClientGo}
+	if b.opts.ComparePgbench {
+		clientsOrder = append(clientsOrder, ClientPgbenchReference, ClientPgbenchPipelined)
+	}
+	type cell struct {
+		n      int
+		client string
+	}
+	for _, clients := range b.opts.Clients {
+		for _, path := range b.opts.Paths {
+			acc := map[cell]*accum{}
+			// Rounds rotate the order of the clients and of the seed
+			// sizes, so that a slow stretch of a noisy machine does not
+			// fall on one of them.
+			for r := 0; r < b.opts.Rounds; r++ {
+				for d := range dbs {
+					db := dbs[(d+r)%len(dbs)]
+					base := Result{Server: kind, Sources: db.n, AddedRTT: nt.rtt.String(), addedRTT: nt.rtt, Proxied: nt.proxied, Path: path, Clients: clients}
+					for j := range clientsOrder {
+						client := clientsOrder[(j+r)%len(clientsOrder)]
+						var (
+							res Result
+							lat []time.Duration
+							err error
+						)
+						switch client {
+						case ClientGo:
+							res, lat, err = b.runGo(ctx, db.url, base)
+						case ClientPgbenchReference:
+							res, lat, err = b.runPgbench(ctx, db.url, base, styleReference)
+						default:
+							res, lat, err = b.runPgbench(ctx, db.url, base, stylePipelined)
+						}
+						if err != nil {
+							return err
+						}
+						k := cell{db.n, client}
+						if acc[k] == nil {
+							acc[k] = &accum{res: res}
+						}
+						acc[k].add(res, lat)
+					}
+				}
+			}
+			for _, db := range dbs {
+				for _, client := range clientsOrder {
+					rep.Results = append(rep.Results, acc[cell{db.n, client}].result())
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// accum adds up the rounds of one client.
+type accum struct {
+	res     Result
+	seconds float64
+	ops     int64
+	errors  int64
+	rate    float64 // sum of per-second rate x seconds
+	lat     []time.Duration
+	first   string
+	held    float64 // sum of HeldMS x seconds
+}
+
+func (a *accum) add(r Result, lat []time.Duration) {
+	a.seconds += r.Seconds
+	a.ops += r.Ops
+	a.errors += r.Errors
+	a.rate += r.PerSecond * r.Seconds
+	a.held += r.HeldMS * r.Seconds
+	a.lat = append(a.lat, lat...)
+	if a.first == "" {
+		a.first = r.FirstError
+	}
+}
+
+func (a *accum) result() Result {
+	r := a.res
+	r.Seconds, r.Ops, r.Errors, r.FirstError = a.seconds, a.ops, a.errors, a.first
+	if a.seconds > 0 {
+		r.PerSecond = a.rate / a.seconds
+		r.HeldMS = a.held / a.seconds
+	}
+	r.P50, r.P95, r.P99 = percentiles(a.lat)
+	return r
+}
+
+// request returns the request of path for source n; seq makes a key
+// unique within a run.
+func request(path Path, sources int, n int64, key string) replay.Request {
+	req := replay.Request{Scope: runledger.Organization(Org), SourceJobID: SourceID(n), ExpectedRunNumber: 1, Key: key, Reason: Reason}
+	switch path {
+	case Existing:
+		req.Key, req.Reason = SeedKey, SeedKey
+	case Mismatch:
+		req.ExpectedRunNumber = 2
+	case NotFound:
+		req.SourceJobID = SourceID(int64(sources) + n)
+	}
+	return req
+}
+
+// expected reports whether an outcome is the one path should give.
+func expected(path Path, out replay.Outcome) bool {
+	switch o := out.(type) {
+	case replay.Replayed:
+		return (path == Inserted && o.Disposition == replay.DispositionInserted) ||
+			(path == Existing && o.Disposition == replay.DispositionExisting)
+	case replay.ExpectationMismatch:
+		return path == Mismatch
+	case replay.NotFound:
+		return path == NotFound
+	}
+	return false
+}
+
+// runGo runs replay.SucceededJob from base.Clients goroutines, each with a
+// connection of its own from one pool, for the warmup and then the
+// measured duration.
+func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []time.Duration, error) {
+	res := base
+	res.Client = ClientGo
+	res.RoundTrips = RoundTrips[ClientGo][base.Path]
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return res, nil, err
+	}
+	cfg.MaxConns = int32(base.Clients)
+	cfg.MinConns = int32(base.Clients)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return res, nil, err
+	}
+	defer pool.Close()
+	// Open every connection before the clock starts.
+	conns := make([]*pgxpool.Conn, base.Clients)
+	for i := range conns {
+		if conns[i], err = pool.Acquire(ctx); err != nil {
+			return res, nil, err
+		}
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+
+	// By default the calls get a context that cannot be canceled: pgx
+	// starts a goroutine per round trip to watch a cancelable one, a cost
+	// of the caller's choice that pgbench has no counterpart for. Workers
+	// still stop between calls when ctx ends.
+	callCtx := context.WithoutCancel(ctx)
+	if b.opts.CancelableContext {
+		callCtx = ctx
+	}
+	runID := randomHex(4)
+	start := time.Now()
+	measureFrom := start.Add(b.opts.Warmup)
+	end := measureFrom.Add(b.opts.Duration)
+	var (
+		ops, errs atomic.Int64
+		firstErr  atomic.Value
+		wg        sync.WaitGroup
+		lat       = make([][]time.Duration, base.Clients)
+	)
+	stop := b.showProgress(res, start, measureFrom, end, &ops)
+	if b.proxy != nil {
+		resetAt := time.AfterFunc(time.Until(measureFrom), b.proxy.reset)
+		defer resetAt.Stop()
+	}
+	for w := 0; w < base.Clients; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := newRand()
+			mine := make([]time.Duration, 0, 1<<16)
+			for seq := 0; ; seq++ {
+				t0 := time.Now()
+				if t0.After(end) || ctx.Err() != nil {
+					break
+				}
+				n := 1 + rng.Int64N(int64(base.Sources))
+				req := request(base.Path, base.Sources, n, "go-"+runID+"-"+strconv.Itoa(w)+"-"+strconv.Itoa(seq))
+				out, err := replay.SucceededJob(callCtx, pool, req)
+				d := time.Since(t0)
+				if t0.Before(measureFrom) {
+					continue
+				}
+				if err != nil || !expected(base.Path, out) {
+					errs.Add(1)
+					if err == nil {
+						err = fmt.Errorf("unexpected outcome %T %+v", out, out)
+					}
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				ops.Add(1)
+				mine = append(mine, d)
+			}
+			lat[w] = mine
+		}(w)
+	}
+	wg.Wait()
+	stop()
+	if err := ctx.Err(); err != nil {
+		return res, nil, err
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	res.Seconds = b.opts.Duration.Seconds()
+	res.Ops, res.Errors = ops.Load(), errs.Load()
+	if v := firstErr.Load(); v != nil {
+		res.FirstError = v.(string)
+	}
+	res.PerSecond = float64(res.Ops) / res.Seconds
+	if b.proxy != nil {
+		res.HeldMS = float64(b.proxy.meanHeld()) / float64(time.Millisecond)
+	}
+	return res, all, nil
+}
+
+// showProgress prints a progress line every second until the returned
+// function is called.
+func (b *runner) showProgress(r Result, start, measureFrom, end time.Time, ops *atomic.Int64) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	label := fmt.Sprintf("%s %d sources", r.Server, r.Sources)
+	if r.addedRTT > 0 {
+		label += " +" + r.addedRTT.String() + " rtt"
+	}
+	label += fmt.Sprintf(" | %-17s %-9s %2d clients", r.Client, r.Path, r.Clients)
+	print := func(final bool) {
+		now := time.Now()
+		phase := "warmup"
+		elapsed := now.Sub(start)
+		if !now.Before(measureFrom) {
+			phase = "measure"
+			elapsed = now.Sub(measureFrom)
+		}
+		line := fmt.Sprintf("%s | %-7s %4.0fs/%.0fs", label, phase, elapsed.Seconds(), end.Sub(measureFrom).Seconds())
+		if ops != nil && phase == "measure" && elapsed > 0 {
+			line += fmt.Sprintf(" | %d ops, %.0f/s", ops.Load(), float64(ops.Load())/elapsed.Seconds())
+		}
+		if b.opts.ProgressTTY {
+			fmt.Fprint(b.progress, "\r\033[K"+line)
+			if final {
+				fmt.Fprint(b.progress, "\r\033[K")
+			}
+		} else if !final {
+			fmt.Fprintln(b.progress, line)
+		}
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		if !b.opts.ProgressTTY {
+			t.Reset(5 * time.Second)
+		}
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				print(true)
+				return
+			case <-t.C:
+				print(false)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// percentiles returns p50, p95 and p99 in milliseconds (nearest rank).
+func percentiles(ds []time.Duration) (p50, p95, p99 float64) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) float64 {
+		i := int(q*float64(len(ds))+0.5) - 1
+		if i < 0 {
+			i = 0
+		}
+		if i >= len(ds) {
+			i = len(ds) - 1
+		}
+		return float64(ds[i]) / float64(time.Millisecond)
+	}
+	return at(0.50), at(0.95), at(0.99)
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+func serverVersion(ctx context.Context, url string) string {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(context.Background())
+	var v string
+	_ = conn.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	return "PostgreSQL " + v
+}
+
+// hostPort returns the TCP address a database URL connects to.
+func hostPort(dbURL string) (string, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		return "", errors.New("bench: --added-rtt needs a TCP database address, not a unix socket")
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
+}
+
+// withHostPort returns dbURL pointed at addr instead.
+func withHostPort(dbURL, addr string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Scheme == "" {
+		host, port, _ := net.SplitHostPort(addr)
+		return dbURL + " host=" + host + " port=" + port
+	}
+	u.Host = addr
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}

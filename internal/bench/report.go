@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// group is the results of one server, seed size and added latency.
+type groupKey struct {
+	server   string
+	sources  int
+	addedRTT string
+	proxied  bool
+}
+
+func (r *Report) groups() []groupKey {
+	var keys []groupKey
+	seen := map[groupKey]bool{}
+	for _, res := range r.Results {
+		k := groupKey{res.Server, res.Sources, res.AddedRTT, res.Proxied}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func (k groupKey) match(res Result) bool {
+	return res.Server == k.server && res.Sources == k.sources && res.AddedRTT == k.addedRTT && res.Proxied == k.proxied
+}
+
+func (r *Report) find(k groupKey, path Path, client string, clients int) (Result, bool) {
+	for _, res := range r.Results {
+		if res.Server == k.server && res.Sources == k.sources && res.AddedRTT == k.addedRTT && res.Proxied == k.proxied &&
+			res.Path == path && res.Client == client && res.Clients == clients {
+			return res, true
+		}
+	}
+	return Result{}, false
+}
+
+func serverTitle(kind string) string {
+	switch kind {
+	case ServerDurable:
+		return "durable server (fsync on, synchronous_commit on)"
+	case ServerFast:
+		return "fast server (fsync, synchronous_commit and full_page_writes off)"
+	}
+	return "configured database"
+}
+
+// Text writes the report as tables: per server, seed size and added
+// latency, every run; then the ratios Go/pgbench; then, when runs with an
+// added latency have a direct counterpart, the latency bound; and, with
+// several seed sizes, the growth of p50.
+func (r *Report) Text(w io.Writer) {
+	fmt.Fprintf(w, "machine: %s, %d cores; %s; %s", r.Machine.CPU, r.Machine.Cores, r.Machine.GoVersion, r.Machine.PostgreSQL)
+	if r.Machine.Pgbench != "" {
+		fmt.Fprintf(w, "; %s", r.Machine.Pgbench)
+	}
+	fmt.Fprintf(w, "\neach run: %s measured after %s of warmup, %d round(s) per client rotating the order\n", r.Settings.Duration, r.Settings.Warmup, r.Settings.Rounds)
+	for _, k := range r.groups() {
+		fmt.Fprintf(w, "\n== %s, %d sources, %s\n", serverTitle(k.server), k.sources, rttTitle(k.addedRTT, k.proxied))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "path\tclients\tclient\tround trips\tops/s\tp50 ms\tp95 ms\tp99 ms\terrors\theld ms\t")
+		for _, res := range r.Results {
+			if !k.match(res) {
+				continue
+			}
+			held := "-"
+			if res.Proxied {
+				held = fmt.Sprintf("%.3f", res.HeldMS)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\t\n",
+				res.Path, res.Clients, res.Client, res.RoundTrips, res.PerSecond, res.P50, res.P95, res.P99, res.Errors, held)
+		}
+		tw.Flush()
+		for _, res := range r.Results {
+			if k.match(res) && res.FirstError != "" {
+				fmt.Fprintf(w, "  first error, %s %s %d clients: %s\n", res.Client, res.Path, res.Clients, res.FirstError)
+			}
+		}
+		r.ratios(w, k)
+	}
+	r.latencyBound(w)
+	r.growth(w)
+}
+
+func rttTitle(s string, proxied bool) string {
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return "+" + s + " per round trip (loopback delay proxy)"
+	}
+	if proxied {
+		return "through the loopback proxy, no delay (baseline of the added-latency runs)"
+	}
+	return "loopback"
+}
+
+func (r *Report) ratios(w io.Writer, k groupKey) {
+	var lines []string
+	for _, res := range r.Results {
+		if !k.match(res) || res.Client != ClientGo {
+			continue
+		}
+		ref, okRef := r.find(k, res.Path, ClientPgbenchReference, res.Clients)
+		pipe, okPipe := r.find(k, res.Path, ClientPgbenchPipelined, res.Clients)
+		if !okRef && !okPipe {
+			continue
+		}
+		line := fmt.Sprintf("%s\t%d\t", res.Path, res.Clients)
+		for _, p := range []struct {
+			ok  bool
+			res Result
+		}{{okRef, ref}, {okPipe, pipe}} {
+			if p.ok && p.res.PerSecond > 0 && p.res.P50 > 0 {
+				line += fmt.Sprintf("%.2fx\t%.2fx\t", res.PerSecond/p.res.PerSecond, res.P50/p.res.P50)
+			} else {
+				line += "-\t-\t"
+			}
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n  Go / pgbench (throughput ratio: above 1 means Go is faster; p50 ratio: below 1 means Go is faster)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tclients\tops/s vs reference\tp50 vs reference\tops/s vs pipelined\tp50 vs pipelined\t")
+	for _, l := range lines {
+		fmt.Fprintln(tw, l)
+	}
+	tw.Flush()
+}
+
+// latencyBound compares, for each run with an added latency d, its p50
+// with the target: the direct p50 plus round trips x d, plus 10%. The
+// proxy's own cost is shown beside it: the p50 through the proxy with no
+// delay, and the delay it actually applied (held), timer overshoot
+// included; "isolated" is the bound computed from those, which separates
+// the client's round trips from the proxy's imprecision.
+func (r *Report) latencyBound(w io.Writer) {
+	var lines []string
+	for _, res := range r.Results {
+		d := res.addedRTTValue()
+		if d <= 0 {
+			continue
+		}
+		direct, okDirect := r.find(groupKey{res.Server, res.Sources, "0s", false}, res.Path, res.Client, res.Clients)
+		proxied, okProxied := r.find(groupKey{res.Server, res.Sources, "0s", true}, res.Path, res.Client, res.Clients)
+		rt := float64(res.RoundTrips)
+		ms := float64(d) / float64(time.Millisecond)
+		line := fmt.Sprintf("%s\t%d\t%s\t%s\t%d\t+%s\t%.2f\t", res.Server, res.Sources, res.Client, res.Path, res.Clients, d, res.P50)
+		if okDirect {
+			bound := (direct.P50 + rt*ms) * 1.10
+			line += fmt.Sprintf("%.2f\t%.2f\t%s\t", direct.P50, bound, verdict(res.P50, bound))
+		} else {
+			line += "-\t-\t\t"
+		}
+		if okProxied && res.HeldMS > 0 {
+			bound := (proxied.P50 + rt*res.HeldMS) * 1.10
+			line += fmt.Sprintf("%.2f\t%.3f\t%.2f\t%s\t", proxied.P50, res.HeldMS, bound, verdict(res.P50, bound))
+		} else {
+			line += "-\t-\t-\t\t"
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n== added round-trip latency d: p50 against (baseline p50 + round trips x d) + 10%")
+	fmt.Fprintln(w, "   target: direct p50 and nominal d; isolated: p50 through the proxy without delay and the delay it actually held")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "server\tseed\tclient\tpath\tclients\tadded\tp50\tdirect p50\ttarget\t\tproxied p50\theld ms\tisolated\t\t")
+	for _, l := range lines {
+		fmt.Fprintln(tw, l)
+	}
+	tw.Flush()
+}
+
+func rttShort(s string, proxied bool) string {
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return "+" + s
+	}
+	if proxied {
+		return "proxy +0"
+	}
+	return "loopback"
+}
+
+func verdict(p50, bound float64) string {
+	if p50 <= bound {
+		return "within"
+	}
+	return "OVER"
+}
+
+// growth compares p50 at the largest seed with p50 at the smallest.
+func (r *Report) growth(w io.Writer) {
+	if len(r.Settings.Sources) < 2 {
+		return
+	}
+	small, large := r.Settings.Sources[0], r.Settings.Sources[0]
+	for _, n := range r.Settings.Sources {
+		small, large = min(small, n), max(large, n)
+	}
+	var lines []string
+	for _, res := range r.Results {
+		if res.Sources != large {
+			continue
+		}
+		base, ok := r.find(groupKey{res.Server, small, res.AddedRTT, res.Proxied}, res.Path, res.Client, res.Clients)
+		if !ok || base.P50 == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.2fx\t%.2fx\t",
+			res.Server, rttShort(res.AddedRTT, res.Proxied), res.Client, res.Path, res.Clients, base.P50, res.P50, res.P50/base.P50, res.PerSecond/base.PerSecond))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== growth: %d sources against %d\n", large, small)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "server\tnetwork\tclient\tpath\tclients\tp50 ms at %d\tp50 ms at %d\tp50 ratio\tops/s ratio\t\n", small, large)
+	for _, l := range lines {
+		fmt.Fprintln(tw, l)
+	}
+	tw.Flush()
+}
+
+func (res Result) addedRTTValue() time.Duration {
+	if res.addedRTT > 0 {
+		return res.addedRTT
+	}
+	d, _ := time.ParseDuration(res.AddedRTT)
+	return d
+}
