@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runledger-go/runledger/internal/bench"
+)
+
+var benchCmd = &command{
+	name:    "bench",
+	summary: "Measure compare-and-replay throughput and latency, optionally beside pgbench doing the same work.",
+	help: `Seeds a database with succeeded source jobs (each already replayed once,
+so the lineage table is as large), then for each number of clients and
+each path runs replay.SucceededJob in a loop for --duration after a
+--warmup, and prints throughput and p50/p95/p99 latency per path:
+inserted (a new key: a replay is created, 3 round trips), existing (an
+idempotent retry, 2), mismatch (a stale expected run, 3) and not_found (a
+missing job, 3). A progress line shows while a run goes on (on stderr).
+
+With --compare-pgbench it runs, right after each Go run and against the
+same database, the pgbench scripts doing the same work (shipped in
+bench/pgbench, embedded in the binary): the reference protocol, one
+statement per round trip (9, 4, 6 and 6 round trips), and this project's
+pipelined protocol (\startpipeline, the same statements and round trips as
+the Go client); then prints the ratios Go/pgbench per path and client
+count. pgbench is looked for next to the PostgreSQL server binaries (where
+the throwaway server's come from), then on PATH (or give --pgbench).
+
+--added-rtt adds a fixed latency to every round trip, through a loopback
+TCP proxy that holds each chunk a client sends, so the effect of round
+trips on a real network shows on one machine; a list (0,1ms) runs each and
+compares the p50 with the direct p50 plus round trips x latency. A list of
+--sources (10000,1000000) seeds one database per size and compares p50.
+
+Database: --database-url or DATABASE_URL (migrated; rows of the job type
+runledger-bench and the helper functions runledger_bench_* are replaced by
+each run); without one, a throwaway local PostgreSQL server per
+durability: by default both a durable one (PostgreSQL's defaults: fsync and
+synchronous_commit on) and a fast one (fsync, synchronous_commit and
+full_page_writes off); --durable or --fast picks one. The throwaway servers
+run with shared_buffers=1GB and max_wal_size=8GB, and are removed at the
+end.
+
+Output (--json): {"machine":{...},"settings":{...},"results":[{"server",
+"sources","added_rtt","path","client","clients","seconds","ops","errors",
+"per_second","p50_ms","p95_ms","p99_ms","round_trips","proxied","held_ms"}, ...]}
+
+Exit codes: 0 done (also when some operations failed: see the errors
+column); 1 the database or pgbench could not be run; 2 bad flags.`,
+	setup: func(fs *flagSet) runFunc {
+		sources := fs.str("sources", "`N[,N...]`: succeeded sources to seed, one database per size (default 10000).")
+		clients := fs.str("clients", "`N[,N...]`: concurrent clients (default 1,16).")
+		duration := fs.duration("duration", 5*time.Second, "`D`: measured time per run, whole seconds.")
+		warmup := fs.duration("warmup", time.Second, "`D`: unmeasured load before each run.")
+		rounds := fs.intDefault("rounds", 1, "`N`: repeat each run N times, rotating the order of Go and the pgbench scripts, and report them together.")
+		rtt := fs.str("added-rtt", "`D[,D...]`: latency added to every round trip through a loopback proxy (default 0: direct).")
+		paths := fs.list("paths", "`P[,P...]`: paths to run: inserted, existing, mismatch, not_found (default all).")
+		compare := fs.boolean("compare-pgbench", false, "Also run the pgbench scripts (reference and pipelined) and print the ratios.")
+		cancelable := fs.boolean("cancelable-context", false, "Give every Go call a cancelable context, as a request handler would (pgx then watches it with a goroutine per round trip); by default the calls' context cannot be canceled.")
+		pgbenchBin := fs.str("pgbench", "`PATH`: the pgbench binary.")
+		durable := fs.boolean("durable", false, "Throwaway server: only the durable one (fsync on).")
+		fast := fs.boolean("fast", false, "Throwaway server: only the fast one (fsync off).")
+		return func(ctx context.Context, inv *invocation) (result, error) {
+			opts := bench.Options{ComparePgbench: *compare, Pgbench: *pgbenchBin, Duration: *duration, Warmup: *warmup, Rounds: int(*rounds), CancelableContext: *cancelable}
+			var err error
+			if opts.Sources, err = intList("sources", *sources); err != nil {
+				return nil, err
+			}
+			if opts.Clients, err = intList("clients", *clients); err != nil {
+				return nil, err
+			}
+			if opts.AddedRTT, err = durationList("added-rtt", *rtt); err != nil {
+				return nil, err
+			}
+			for _, p := range *paths {
+				path, err := bench.ParsePath(p)
+				if err != nil {
+					return nil, invalidArgf("bench: --paths: %v", err)
+				}
+				opts.Paths = append(opts.Paths, path)
+			}
+			switch {
+			case *durable && *fast:
+				opts.Servers = []string{bench.ServerDurable, bench.ServerFast}
+			case *durable:
+				opts.Servers = []string{bench.ServerDurable}
+			case *fast:
+				opts.Servers = []string{bench.ServerFast}
+			}
+			if *duration < time.Second || *warmup < 0 || *rounds < 1 {
+				return nil, invalidArgf("bench: --duration must be at least 1s, --warmup not negative and --rounds positive")
+			}
+			if u, err := inv.URL(); err == nil {
+				opts.DatabaseURL = u
+			}
+			opts.Progress = inv.stderr
+			if f, ok := inv.stderr.(*os.File); ok {
+				if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+					opts.ProgressTTY = true
+				}
+			}
+			rep, err := bench.Run(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			return benchResult{rep}, nil
+		}
+	},
+}
+
+// benchResult prints the report (text) or marshals it (--json).
+type benchResult struct{ *bench.Report }
+
+func (r benchResult) text(w io.Writer) { r.Report.Text(w) }
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(strings.ReplaceAll(f, "_", "")); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, invalidArgf("bench: --%s: %q is not a positive integer", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func durationList(name, s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, invalidArgf("bench: --%s: %q is not a duration", name, f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}

@@ -1,0 +1,609 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/replay"
+)
+
+var demoCmd = &command{
+	name:    "demo",
+	summary: "Walk through compare-and-replay on a throwaway PostgreSQL, step by step.",
+	help: `Tells the story of compare-and-replay in about a dozen steps, printing each
+one as the command line that does it and what happened: define a job type,
+enqueue a job for tenant A, claim it, complete it, replay it (inserted),
+repeat the replay (existing: the same job back), reuse the key with another
+reason (conflict), replay with a stale run number (expectation mismatch),
+let tenant B try to replay tenant A's job (not found), and show the
+lineage as 'runledger jobs show' shows it. Every step checks its own
+outcome; the demo exits 1 if any step did not behave as the story says.
+
+Without a database configured it starts a throwaway PostgreSQL server
+from the local server binaries (initdb and postgres on PATH or under
+/usr/lib/postgresql/*/bin), or in Docker if there are none and a daemon
+answers, migrates it, and removes it at the end, also when interrupted
+(Ctrl-C: the server is stopped, its data removed, and the demo exits 1).
+
+With --database-url or DATABASE_URL it uses that database instead, after
+migrating it, and leaves its rows there: each run uses a job type with a
+random suffix and fresh tenant ids, so the demo can run again and again on
+one database.
+
+Output (--json): {"database":"local"|"docker"|"configured","steps":[{"name":"...",
+"title":"...","command":"runledger ...","ok":true,"detail":"..."}, ...],"ok":true}
+
+Exit codes: 0 every step behaved as described; 1 a step did not, the
+database could not be started or reached, or the demo was interrupted.`,
+	setup: func(fs *flagSet) runFunc {
+		keep := fs.boolean("keep", false, "After the story, keep the throwaway server running and print its URL, until Ctrl-C (which then exits 0).")
+		pace := fs.duration("pace", 0, "`D`: pause D between steps, to follow along live (2s, 1m). Default: no pause.")
+		return func(ctx context.Context, inv *invocation) (result, error) {
+			if *pace < 0 {
+				return nil, invalidArgf("demo: --pace must not be negative")
+			}
+			return runDemo(ctx, inv, *keep, *pace)
+		}
+	},
+}
+
+// demoStep is one step of the story as --json reports it.
+type demoStep struct {
+	Name    string `json:"name"`
+	Title   string `json:"title"`
+	Command string `json:"command,omitempty"`
+	OK      bool   `json:"ok"`
+	Detail  string `json:"detail"`
+}
+
+// demoResult is the output of the demo.
+type demoResult struct {
+	Database string     `json:"database"`
+	Steps    []demoStep `json:"steps"`
+	OK       bool       `json:"ok"`
+}
+
+func (r demoResult) exitCode() int {
+	if r.OK {
+		return exitOK
+	}
+	return exitError
+}
+
+func (r demoResult) text(w io.Writer) {
+	if r.OK {
+		fmt.Fprintf(w, "\nDemo complete: all %d steps behaved as described.\n", len(r.Steps))
+		return
+	}
+	for _, s := range r.Steps {
+		if !s.OK {
+			fmt.Fprintf(w, "\nDemo FAILED at step %q: %s\n", s.Title, s.Detail)
+			return
+		}
+	}
+}
+
+// demo holds the state of one run of the story.
+type demo struct {
+	ctx  context.Context
+	out  io.Writer // the step-by-step story; io.Discard under --json
+	pace time.Duration
+	res  demoResult
+	db   *scratchDatabase
+
+	pool     *pgxpool.Pool
+	jobType  string
+	worker   string
+	tenantA  uuid.UUID
+	tenantB  uuid.UUID
+	source   runledger.Job // the job after completion
+	replayID uuid.UUID
+	key      string
+	reason   string
+}
+
+// errStepFailed marks a step whose outcome was not the story's.
+var errStepFailed = errors.New("step did not behave as described")
+
+func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration) (result, error) {
+	suffix := randomSuffix()
+	d := &demo{
+		ctx:     ctx,
+		out:     inv.stdout,
+		pace:    pace,
+		jobType: "demo.send_invoice." + suffix,
+		worker:  "demo-worker-" + suffix,
+		tenantA: uuid.New(),
+		tenantB: uuid.New(),
+		key:     "resend-invoice-1042",
+		reason:  "customer asked for the invoice again",
+	}
+	if inv.asJSON() {
+		d.out = io.Discard
+	}
+	fmt.Fprintln(d.out, "runledger demo: a job's life, then compare-and-replay, step by step.")
+
+	if err := d.openDatabase(inv); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if d.pool != nil {
+			d.pool.Close()
+		}
+	}()
+	stopped := false
+	stopServer := func() {
+		if stopped || d.db.Kind == "configured" {
+			return
+		}
+		stopped = true
+		if d.pool != nil {
+			d.pool.Close()
+			d.pool = nil
+		}
+		err := d.db.Close()
+		detail := "Stopped the server"
+		if d.db.Dir != "" {
+			detail += " and removed " + d.db.Dir
+		}
+		if err != nil {
+			detail = "Could not stop the server cleanly: " + err.Error()
+		}
+		d.record("stop", "Stop the throwaway server", "", err == nil, detail+".")
+	}
+	defer stopServer()
+
+	steps := []func() error{
+		d.migrate, d.define, d.enqueue, d.claim, d.complete,
+		d.replayInserted, d.replayExisting, d.replayConflict, d.replayStaleRun,
+		d.replayOtherTenant, d.lineage,
+	}
+	for i, step := range steps {
+		if i > 0 {
+			d.pause()
+		}
+		if ctx.Err() != nil {
+			stopServer()
+			return nil, errInterrupted(ctx.Err())
+		}
+		if err := step(); err != nil {
+			if ctx.Err() != nil {
+				stopServer()
+				return nil, errInterrupted(err)
+			}
+			break
+		}
+	}
+	if d.allOK() && keep && d.db.Kind != "configured" {
+		hint := inv.stdout
+		if inv.asJSON() {
+			hint = inv.stderr
+		}
+		fmt.Fprintf(hint, "\nThe server keeps running. In another shell:\n  export DATABASE_URL='%s'\n  runledger jobs show %s --org %s\nPress Ctrl-C to stop it.\n",
+			d.db.URL, d.source.ID, d.tenantA)
+		<-ctx.Done()
+	}
+	stopServer()
+	if ctx.Err() != nil && !keep {
+		return nil, errInterrupted(ctx.Err())
+	}
+	d.res.OK = d.allOK()
+	for _, s := range d.res.Steps {
+		if !s.OK && !inv.asJSON() {
+			fmt.Fprintf(inv.stderr, "runledger demo: step %q did not behave as described: %s\n", s.Title, oneLine(s.Detail))
+		}
+	}
+	return d.res, nil
+}
+
+// allOK reports whether every step so far behaved as described.
+func (d *demo) allOK() bool {
+	for _, s := range d.res.Steps {
+		if !s.OK {
+			return false
+		}
+	}
+	return len(d.res.Steps) > 0
+}
+
+// openDatabase is step 1: use the configured database or start one.
+func (d *demo) openDatabase(inv *invocation) error {
+	if !inv.hasURL() {
+		fmt.Fprintln(d.out, "\nNo database configured (--database-url, DATABASE_URL): starting a throwaway PostgreSQL server...")
+	}
+	db, err := openScratchDatabase(d.ctx, inv)
+	if err != nil {
+		return err
+	}
+	d.db = db
+	d.res.Database = db.Kind
+	var detail string
+	switch db.Kind {
+	case "configured":
+		from := "DATABASE_URL"
+		if strings.TrimSpace(*inv.databaseURL) != "" {
+			from = "--database-url"
+		}
+		detail = fmt.Sprintf("Using the database from %s at %s (no server started). The demo's rows stay there, under job type %s.",
+			from, db.Address, d.jobType)
+	case "local":
+		detail = fmt.Sprintf("Started PostgreSQL from %s on %s; its data is in %s until the demo ends.", db.BinDir, db.Address, db.Dir)
+	default:
+		detail = fmt.Sprintf("Started PostgreSQL (%s) in Docker on %s; the container is removed when the demo ends.", dockerImage, db.Address)
+	}
+	title := "Start a throwaway PostgreSQL server"
+	if db.Kind == "configured" {
+		title = "Use the configured database"
+	}
+	d.record("database", title, "", true, detail)
+	pool, err := openPool(d.ctx, db.URL)
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	d.pool = pool
+	return nil
+}
+
+// pause waits --pace, or until the demo is interrupted.
+func (d *demo) pause() {
+	if d.pace <= 0 {
+		return
+	}
+	t := time.NewTimer(d.pace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-d.ctx.Done():
+	}
+}
+
+// record appends a finished step and prints it.
+func (d *demo) record(name, title, command string, ok bool, detail string) {
+	d.res.Steps = append(d.res.Steps, demoStep{Name: name, Title: title, Command: command, OK: ok, Detail: detail})
+	fmt.Fprintf(d.out, "\n%2d. %s\n", len(d.res.Steps), title)
+	if command != "" {
+		fmt.Fprintf(d.out, "    $ %s\n", command)
+	}
+	fmt.Fprint(d.out, indent(detail, "    "))
+	if !ok {
+		fmt.Fprintln(d.out, "    FAILED: this is not what the story says should happen.")
+	}
+}
+
+// step runs fn, which prints what happened on its writer and returns an
+// error if the outcome was not the story's; it records the step either way.
+func (d *demo) step(name, title, command string, fn func(w io.Writer) error) error {
+	var b bytes.Buffer
+	err := fn(&b)
+	if err != nil && d.ctx.Err() != nil {
+		return err // interrupted: not the step's failure
+	}
+	detail := strings.TrimRight(b.String(), "\n")
+	if err != nil {
+		if detail != "" {
+			detail += "\n"
+		}
+		detail += describeStepError(err)
+	}
+	d.record(name, title, command, err == nil, detail)
+	return err
+}
+
+func describeStepError(err error) string {
+	if errors.Is(err, errStepFailed) {
+		return err.Error()
+	}
+	code, _, message, detail := describe(err)
+	s := fmt.Sprintf("unexpected error: %s (%s)", message, code)
+	if detail != "" {
+		s += ": " + detail
+	}
+	return s
+}
+
+// failf reports an outcome that differs from the story.
+func failf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errStepFailed, fmt.Sprintf(format, args...))
+}
+
+func (d *demo) migrate() error {
+	return d.step("migrate", "Migrate the schema", "runledger migrate up", func(w io.Writer) error {
+		db, err := openSQL(d.ctx, d.db.URL)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		applied, err := goose.UpResults(d.ctx, db)
+		if err != nil {
+			return migrateError(d.ctx, "migrate up", err)
+		}
+		current, latest, err := goose.Version(d.ctx, db)
+		if err != nil {
+			return migrateError(d.ctx, "read schema version", err)
+		}
+		if len(applied) == 0 {
+			fmt.Fprintf(w, "Nothing to apply: the database is already at version %d.\n", current)
+		} else {
+			fmt.Fprintf(w, "Applied %s; the database is at version %d.\n", plural(len(applied), "migration"), current)
+		}
+		if current != latest {
+			return failf("the database is at version %d, want %d", current, latest)
+		}
+		return nil
+	})
+}
+
+func (d *demo) define() error {
+	cmd := fmt.Sprintf("runledger definitions upsert --type %s --max-attempts 3", d.jobType)
+	return d.step("define", "Define a job type", cmd, func(w io.Writer) error {
+		def, err := jobs.UpsertDefinition(d.ctx, d.pool, jobs.DefinitionInput{JobType: d.jobType, MaxAttempts: ptr(int32(3))})
+		if err != nil {
+			return err
+		}
+		definitionResult{Definition: def}.text(w)
+		if !def.Enabled || def.MaxAttempts != 3 || def.Version != 1 {
+			return failf("want an enabled type at version 1 with 3 attempts")
+		}
+		return nil
+	})
+}
+
+func (d *demo) enqueue() error {
+	payload := `{"invoice":1042,"to":"ap@tenant-a.example"}`
+	cmd := fmt.Sprintf("runledger enqueue --type %s --org %s --payload %s", d.jobType, d.tenantA, shellQuote(payload))
+	return d.step("enqueue", "Enqueue a job for tenant A", cmd, func(w io.Writer) error {
+		res, err := jobs.Enqueue(d.ctx, d.pool, jobs.EnqueueRequest{
+			Scope: runledger.Organization(d.tenantA), JobType: d.jobType, Payload: json.RawMessage(payload),
+		})
+		if err != nil {
+			return err
+		}
+		d.source = res.Job
+		fmt.Fprintf(w, "Enqueued job %s (%s): %s at run %d, attempt %d of %d.\n",
+			res.Job.ID, res.Disposition, res.Job.Status, res.Job.RunNumber, res.Job.Attempt, res.Job.MaxAttempts)
+		if res.Disposition != jobs.DispositionInserted || res.Job.Status != runledger.JobStatusPending {
+			return failf("want a new PENDING job")
+		}
+		return nil
+	})
+}
+
+func (d *demo) claim() error {
+	cmd := fmt.Sprintf("runledger claim --worker %s --type %s --lease 30s", d.worker, d.jobType)
+	return d.step("claim", "A worker claims it", cmd, func(w io.Writer) error {
+		leased, err := jobs.Claim(d.ctx, d.pool, jobs.ClaimRequest{
+			WorkerID: d.worker, JobTypes: []string{d.jobType}, Limit: 1, Lease: 30 * time.Second,
+		})
+		if err != nil {
+			return err
+		}
+		if len(leased) != 1 || leased[0].ID != d.source.ID {
+			return failf("want job %s leased, got %d jobs", d.source.ID, len(leased))
+		}
+		j := leased[0]
+		fmt.Fprintf(w, "Leased job %s to %s: %s, run %d, attempt %d, lease until %s.\n",
+			j.ID, d.worker, j.Status, j.RunNumber, j.Attempt, humanTime(*j.LeaseExpiresAt))
+		if j.Status != runledger.JobStatusLeased || j.Attempt != 1 {
+			return failf("want LEASED at attempt 1")
+		}
+		d.source = j
+		return nil
+	})
+}
+
+func (d *demo) complete() error {
+	output := `{"sent":true}`
+	cmd := fmt.Sprintf("runledger complete --job %s --run %d --attempt %d --worker %s --output %s",
+		d.source.ID, d.source.RunNumber, d.source.Attempt, d.worker, shellQuote(output))
+	return d.step("complete", "The worker completes it", cmd, func(w io.Writer) error {
+		j, err := jobs.Complete(d.ctx, d.pool, jobs.CompleteRequest{
+			JobID: d.source.ID, RunNumber: d.source.RunNumber, Attempt: d.source.Attempt, WorkerID: d.worker,
+			Output: json.RawMessage(output),
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "Job %s is %s at run %d with output %s.\n", j.ID, j.Status, j.RunNumber, jsonText(j.Output))
+		if j.Status != runledger.JobStatusSucceeded {
+			return failf("want SUCCEEDED")
+		}
+		d.source = j
+		return nil
+	})
+}
+
+// replayRequest is a replay of the demo's source job.
+func (d *demo) replayRequest(scope uuid.UUID, run int32, reason string) (replay.Request, string) {
+	req := replay.Request{
+		Scope: runledger.Organization(scope), SourceJobID: d.source.ID, ExpectedRunNumber: run,
+		Key: d.key, Reason: reason,
+	}
+	cmd := fmt.Sprintf("runledger replay --job %s --run %d --key %s --reason %s --org %s",
+		req.SourceJobID, run, shellQuote(req.Key), shellQuote(reason), scope)
+	return req, cmd
+}
+
+// replayOutcome runs a replay and prints its outcome as the replay command
+// does, with the exit code it would have.
+func (d *demo) replayOutcome(w io.Writer, req replay.Request) (replay.Outcome, error) {
+	out, err := replay.SucceededJob(d.ctx, d.pool, req)
+	if err != nil {
+		return nil, err
+	}
+	res := replayResult(req, out)
+	var b bytes.Buffer
+	res.text(&b)
+	line, _, _ := strings.Cut(b.String(), "\n")
+	code := exitOK
+	if ec, ok := res.(exitCoder); ok {
+		code = ec.exitCode()
+	}
+	fmt.Fprintf(w, "%s\n(exit %d)\n", line, code)
+	return out, nil
+}
+
+func (d *demo) replayInserted() error {
+	req, cmd := d.replayRequest(d.tenantA, d.source.RunNumber, d.reason)
+	return d.step("replay", "Replay the succeeded job (compare-and-replay)", cmd, func(w io.Writer) error {
+		out, err := d.replayOutcome(w, req)
+		if err != nil {
+			return err
+		}
+		r, ok := out.(replay.Replayed)
+		if !ok || r.Disposition != replay.DispositionInserted {
+			return failf("want replayed with disposition inserted, got %T", out)
+		}
+		if r.Replay.JobID == d.source.ID || r.Replay.Status != runledger.JobStatusPending || r.Replay.RunNumber != 1 {
+			return failf("want a new PENDING job at run 1")
+		}
+		d.replayID = r.Replay.JobID
+		return nil
+	})
+}
+
+func (d *demo) replayExisting() error {
+	req, cmd := d.replayRequest(d.tenantA, d.source.RunNumber, d.reason)
+	return d.step("replay_retry", "Retry the same replay (idempotent: the same job back)", cmd, func(w io.Writer) error {
+		out, err := d.replayOutcome(w, req)
+		if err != nil {
+			return err
+		}
+		r, ok := out.(replay.Replayed)
+		if !ok || r.Disposition != replay.DispositionExisting || r.Replay.JobID != d.replayID {
+			return failf("want replayed with disposition existing and job %s", d.replayID)
+		}
+		return nil
+	})
+}
+
+func (d *demo) replayConflict() error {
+	req, cmd := d.replayRequest(d.tenantA, d.source.RunNumber, "a different reason")
+	return d.step("replay_conflict", "Reuse the key with another reason (conflict)", cmd, func(w io.Writer) error {
+		_, err := replay.SucceededJob(d.ctx, d.pool, req)
+		if !errors.Is(err, runledger.ErrReplayIdempotencyConflict) {
+			if err != nil {
+				return err
+			}
+			return failf("want an idempotency conflict, got an outcome")
+		}
+		code, category, message, _ := describe(err)
+		fmt.Fprintf(w, "Refused: %s (%s, category %s)\n(exit %d)\n", message, code, category, exitCode(err))
+		if exitCode(err) != exitConflict {
+			return failf("want exit %d", exitConflict)
+		}
+		return nil
+	})
+}
+
+func (d *demo) replayStaleRun() error {
+	req, cmd := d.replayRequest(d.tenantA, d.source.RunNumber+1, d.reason)
+	return d.step("replay_mismatch", "Replay with a stale run number (expectation mismatch)", cmd, func(w io.Writer) error {
+		out, err := d.replayOutcome(w, req)
+		if err != nil {
+			return err
+		}
+		m, ok := out.(replay.ExpectationMismatch)
+		if !ok || m.Actual.ID != d.source.ID || m.Actual.Status != runledger.JobStatusSucceeded || m.Actual.RunNumber != d.source.RunNumber {
+			return failf("want an expectation mismatch showing the job SUCCEEDED at run %d", d.source.RunNumber)
+		}
+		return nil
+	})
+}
+
+func (d *demo) replayOtherTenant() error {
+	req, cmd := d.replayRequest(d.tenantB, d.source.RunNumber, d.reason)
+	return d.step("replay_other_tenant", "Tenant B tries to replay tenant A's job (not found)", cmd, func(w io.Writer) error {
+		out, err := d.replayOutcome(w, req)
+		if err != nil {
+			return err
+		}
+		if _, ok := out.(replay.NotFound); !ok {
+			return failf("want not_found: another tenant's job must stay invisible")
+		}
+		return nil
+	})
+}
+
+func (d *demo) lineage() error {
+	cmd := fmt.Sprintf("runledger jobs show %s --org %s", d.source.ID, d.tenantA)
+	return d.step("lineage", "The lineage, as 'runledger jobs show' shows it", cmd, func(w io.Writer) error {
+		src, err := showJob(d.ctx, d.pool, runledger.Organization(d.tenantA), d.source.ID)
+		if err != nil {
+			return err
+		}
+		src.text(w)
+		rep, err := showJob(d.ctx, d.pool, runledger.Organization(d.tenantA), d.replayID)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\n$ runledger jobs show %s --org %s\n", d.replayID, d.tenantA)
+		rep.text(w)
+
+		var types []string
+		for _, e := range src.Events {
+			types = append(types, string(e.EventType))
+		}
+		switch {
+		case strings.Join(types, ",") != "ENQUEUED,LEASED,SUCCEEDED":
+			return failf("source events are %v, want ENQUEUED, LEASED, SUCCEEDED", types)
+		case !src.Job.UpdatedAt.Equal(d.source.UpdatedAt) || src.Job.Status != runledger.JobStatusSucceeded:
+			return failf("the replays changed the source job")
+		case len(src.Replays) != 1 || src.Replays[0].ReplayJobID != d.replayID ||
+			src.Replays[0].ReplayRequestKey != d.key || src.Replays[0].Reason != d.reason:
+			return failf("want exactly one replay, %s, with the request's key and reason", d.replayID)
+		case rep.ReplayedFrom == nil || rep.ReplayedFrom.SourceJobID != d.source.ID || rep.ReplayedFrom.SourceRunNumber != d.source.RunNumber:
+			return failf("the replay does not point back to job %s run %d", d.source.ID, d.source.RunNumber)
+		case rep.Job.Status != runledger.JobStatusPending || !bytes.Equal(compactJSON(rep.Job.Payload), compactJSON(d.source.Payload)):
+			return failf("the replay is not a PENDING copy of the source's payload")
+		}
+		return nil
+	})
+}
+
+func compactJSON(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+// indent prefixes every line of s, which it ends with a newline.
+func indent(s, prefix string) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// randomSuffix is 8 hex digits that make a demo run's names unique.
+func randomSuffix() string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Sprintf("%08x", time.Now().UnixNano()&0xffffffff)
+	}
+	return hex.EncodeToString(b)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,417 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runledger-go/runledger"
+)
+
+// Error codes of the command line itself, all category validation (exit
+// 2). Errors from the library keep their own codes.
+const (
+	// codeUsage: an unknown command, subcommand or flag, a missing
+	// required flag or argument, or an unexpected argument.
+	codeUsage = "cli.usage"
+	// codeInvalidArgument: a flag or argument value that does not parse
+	// (a UUID, an integer, JSON, a duration, a boolean).
+	codeInvalidArgument = "cli.invalid_argument"
+	// codeDatabaseURLMissing: neither --database-url nor DATABASE_URL.
+	codeDatabaseURLMissing = "cli.database_url_missing"
+	// codeDatabaseURLInvalid: a database URL that does not parse.
+	codeDatabaseURLInvalid = "cli.database_url_invalid"
+)
+
+// flagSet is a flag.FlagSet that remembers the order flags were defined in
+// (for help), which flags are required and which are global.
+type flagSet struct {
+	*flag.FlagSet
+	order    []string
+	required map[string]bool
+	global   map[string]bool
+	// valued holds boolean flags that are spelled --name=BOOL in help:
+	// leaving them out means "unchanged", not false.
+	valued map[string]bool
+}
+
+func newFlagSet(name string) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and help are printed by the caller
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, required: map[string]bool{}, global: map[string]bool{}, valued: map[string]bool{}}
+}
+
+// define registers v under name. usage starts with the placeholder in
+// backquotes (`UUID`), as flag.UnquoteUsage expects, unless v is boolean.
+func (f *flagSet) define(v flag.Value, name, usage string) {
+	f.Var(v, name, usage)
+	f.order = append(f.order, name)
+}
+
+// requireFlag marks name as required: parse fails without it.
+func (f *flagSet) requireFlag(name string) { f.required[name] = true }
+
+// str defines a string flag.
+func (f *flagSet) str(name, usage string) *string {
+	v := new(stringValue)
+	f.define(v, name, usage)
+	return (*string)(v)
+}
+
+// list defines a string flag that may be repeated and whose values may be
+// comma-separated; the result keeps every non-empty item in order.
+func (f *flagSet) list(name, usage string) *[]string {
+	v := new(listValue)
+	f.define(v, name, usage)
+	return (*[]string)(v)
+}
+
+// int32Opt defines an optional 32-bit integer flag; it stays nil unless
+// given.
+func (f *flagSet) int32Opt(name, usage string) **int32 {
+	v := &int32Value{}
+	f.define(v, name, usage)
+	return &v.p
+}
+
+// int32Req defines a required 32-bit integer flag.
+func (f *flagSet) int32Req(name, usage string) *int32 {
+	v := &int32Value{}
+	f.define(v, name, usage)
+	f.requireFlag(name)
+	return &v.n
+}
+
+// intDefault defines an integer flag with a default.
+func (f *flagSet) intDefault(name string, def int32, usage string) *int32 {
+	v := &int32Value{n: def}
+	f.define(v, name, usage)
+	return &v.n
+}
+
+// uuidFlag defines a UUID flag; it stays nil unless given.
+func (f *flagSet) uuidFlag(name, usage string) **uuid.UUID {
+	v := &uuidValue{}
+	f.define(v, name, usage)
+	return &v.p
+}
+
+// jsonFlag defines a flag holding a JSON document; it stays nil unless
+// given, and a value that is not valid JSON fails the parse.
+func (f *flagSet) jsonFlag(name, usage string) *json.RawMessage {
+	v := new(jsonValue)
+	f.define(v, name, usage)
+	return (*json.RawMessage)(v)
+}
+
+// duration defines a duration flag with a default.
+func (f *flagSet) duration(name string, def time.Duration, usage string) *time.Duration {
+	v := &durationValue{d: def}
+	f.define(v, name, usage)
+	return &v.d
+}
+
+// durationOpt defines an optional duration flag; it stays nil unless given.
+func (f *flagSet) durationOpt(name, usage string) **time.Duration {
+	v := &durationValue{}
+	f.define(v, name, usage)
+	return &v.p
+}
+
+// boolean defines a boolean flag: --name means true, --name=false false.
+func (f *flagSet) boolean(name string, def bool, usage string) *bool {
+	v := &boolValue{b: def}
+	f.define(v, name, usage)
+	return &v.b
+}
+
+// boolOpt defines an optional boolean flag; it stays nil unless given.
+func (f *flagSet) boolOpt(name, usage string) **bool {
+	v := &boolValue{}
+	f.define(v, name, usage)
+	f.valued[name] = true
+	return &v.p
+}
+
+// parse parses args, allowing positional arguments between flags (Go's flag
+// package stops at the first one; `jobs show UUID --org X` and `jobs show
+// --org X UUID` must both work). Everything after a "--" is positional.
+// It returns the positional arguments, flag.ErrHelp for -h or --help, or a
+// usage error naming the command.
+func (f *flagSet) parse(cmd string, args []string) ([]string, error) {
+	args = f.joinBoolValues(args)
+	var pos []string
+	for {
+		if err := f.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, flagError(cmd, err)
+		}
+		rest := f.Args()
+		if len(rest) == 0 {
+			break
+		}
+		// The flag package consumes a "--" terminator; a "--" that was the
+		// value of a flag (--reason --) is rare enough to be read the same.
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	var missing []string
+	for _, name := range f.order {
+		if f.required[name] && !f.isSet(name) {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, usageErrorf("%s: missing required flag %s", cmd, strings.Join(missing, ", "))
+	}
+	return pos, nil
+}
+
+// joinBoolValues lets boolean flags take "true" or "false" as the next
+// argument (--enabled false), which Go's flag package would read as a
+// positional argument: it rewrites the pair as --enabled=false. No command
+// takes "true" or "false" as a positional argument.
+func (f *flagSet) joinBoolValues(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if i+1 < len(args) && (args[i+1] == "true" || args[i+1] == "false") && !f.takesValue(out) {
+			if fl := f.Lookup(strings.TrimLeft(a, "-")); fl != nil && strings.HasPrefix(a, "-") && isBool(fl) {
+				out = append(out, a+"="+args[i+1])
+				i++
+				continue
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// takesValue reports whether the last of args is a flag that consumes the
+// next argument as its value (--reason --json is a reason of "--json").
+func (f *flagSet) takesValue(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	last := args[len(args)-1]
+	if !strings.HasPrefix(last, "-") || last == "-" || last == "--" || strings.Contains(last, "=") {
+		return false
+	}
+	fl := f.Lookup(strings.TrimLeft(last, "-"))
+	return fl != nil && !isBool(fl)
+}
+
+func (f *flagSet) isSet(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) {
+		if fl.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// flagError rewrites the flag package's messages in the double-dash
+// spelling the help uses. A value that did not parse is
+// cli.invalid_argument; anything else is cli.usage.
+func flagError(cmd string, err error) error {
+	msg := err.Error()
+	code := codeUsage
+	switch {
+	case strings.HasPrefix(msg, "flag provided but not defined: "):
+		msg = "unknown flag " + dashes(strings.TrimPrefix(msg, "flag provided but not defined: "))
+	case strings.HasPrefix(msg, "flag needs an argument: "):
+		msg = "flag " + dashes(strings.TrimPrefix(msg, "flag needs an argument: ")) + " needs a value"
+	case strings.HasPrefix(msg, "invalid value "), strings.HasPrefix(msg, "invalid boolean value "):
+		code = codeInvalidArgument
+		if strings.Contains(msg, " for flag -") {
+			msg = strings.Replace(msg, " for flag -", " for --", 1)
+		} else {
+			msg = strings.Replace(msg, " for -", " for --", 1)
+		}
+	}
+	return runledger.Validation(code, cmd+": "+msg, "")
+}
+
+// dashes spells a flag as --name whatever the user typed.
+func dashes(s string) string { return "--" + strings.TrimLeft(s, "-") }
+
+// invalidArgf returns a cli.invalid_argument error (exit 2).
+func invalidArgf(format string, args ...any) error {
+	return runledger.Validation(codeInvalidArgument, fmt.Sprintf(format, args...), "")
+}
+
+// wantsJSON reports whether args ask for --json, looking at every argument
+// before a "--". The dispatcher uses it to print errors found before (or
+// instead of) a successful parse in the requested form.
+func wantsJSON(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		if !hasVal {
+			on = true
+			continue
+		}
+		if b, err := strconv.ParseBool(val); err == nil {
+			on = b
+		}
+	}
+	return on
+}
+
+// Flag values. Each Set error becomes "invalid value "x" for --name: <error>".
+
+type stringValue string
+
+func (s *stringValue) String() string     { return string(*s) }
+func (s *stringValue) Set(v string) error { *s = stringValue(v); return nil }
+
+type listValue []string
+
+func (l *listValue) String() string { return strings.Join(*l, ",") }
+func (l *listValue) Set(v string) error {
+	n := len(*l)
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
+	if len(*l) == n {
+		return errors.New("must name at least one value")
+	}
+	return nil
+}
+
+type int32Value struct {
+	n int32
+	p *int32
+}
+
+func (v *int32Value) String() string {
+	if v == nil {
+		return "0"
+	}
+	return strconv.FormatInt(int64(v.n), 10)
+}
+
+func (v *int32Value) Set(s string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return errors.New("must be an integer between -2147483648 and 2147483647")
+		}
+		return errors.New("must be an integer")
+	}
+	v.n = int32(n)
+	v.p = &v.n
+	return nil
+}
+
+type uuidValue struct{ p *uuid.UUID }
+
+func (v *uuidValue) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return v.p.String()
+}
+
+func (v *uuidValue) Set(s string) error {
+	id, err := uuid.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("must be a UUID such as 0193a6b2-7c1e-7d3a-9f00-2b1c3d4e5f60")
+	}
+	v.p = &id
+	return nil
+}
+
+type jsonValue json.RawMessage
+
+func (v *jsonValue) String() string { return string(*v) }
+
+func (v *jsonValue) Set(s string) error {
+	if !json.Valid([]byte(s)) {
+		return fmt.Errorf("not valid JSON%s", jsonProblem(s))
+	}
+	*v = jsonValue(s)
+	return nil
+}
+
+// jsonProblem says where decoding s fails, for the error message.
+func jsonProblem(s string) string {
+	var x any
+	err := json.Unmarshal([]byte(s), &x)
+	if err == nil || strings.TrimSpace(s) == "" {
+		return " (empty)"
+	}
+	return " (" + err.Error() + ")"
+}
+
+type durationValue struct {
+	d time.Duration
+	p *time.Duration
+}
+
+func (v *durationValue) String() string {
+	if v == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("must be a duration such as 30s, 5m or 1h30m")
+	}
+	v.d = d
+	v.p = &v.d
+	return nil
+}
+
+type boolValue struct {
+	b bool
+	p *bool
+}
+
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+func (v *boolValue) String() string {
+	if v == nil {
+		return "false"
+	}
+	return strconv.FormatBool(v.b)
+}
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("must be true or false")
+	}
+	v.b = b
+	v.p = &v.b
+	return nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/jobs"
+)
+
+var jobsShowCmd = &command{
+	name:    "jobs show",
+	args:    "UUID",
+	summary: "Show a job, its events, the replays made from it and the job it replays.",
+	help: `Prints the job record, its whole history (events in the order they
+happened), the replays made from it (replay job, request key, reason, when,
+and the replay's current status) and, if it is itself a replay, the job
+and run it was replayed from. Everything is read in one read-only snapshot.
+
+Only the caller's scope is visible: without --org the global scope, with
+--org that organization's jobs. A job in another scope is not found (exit
+4), exactly like a job that does not exist. UUID may come before or after
+the flags.
+
+Output (--json):
+  {"job":{<job>},
+   "events":[{"id":1,"job_id":"...","run_number":1,"attempt":null,"event_type":"ENQUEUED",
+              "stage":"queued","progress_done":null,"progress_total":null,"payload":{...},
+              "occurred_at":"..."}, ...],
+   "replays":[{"replay_job_id":"...","source_job_id":"...","source_run_number":1,
+               "replay_request_key":"...","reason":"...","created_at":"...",
+               "replay_status":"PENDING","replay_run_number":1}, ...],
+   "replayed_from":{"replay_job_id":"...","source_job_id":"...","source_run_number":1,
+                    "replay_request_key":"...","reason":"...","created_at":"..."} | null}
+with the job fields listed in 'runledger help enqueue'.
+
+Exit codes: 0 done; 2 invalid input; 4 not found in the caller's scope;
+1 other errors.`,
+	setup: func(fs *flagSet) runFunc {
+		org := fs.uuidFlag("org", "`UUID`: the caller's organization (tenant). Default: global scope.")
+		return func(ctx context.Context, inv *invocation) (result, error) {
+			id, err := uuid.Parse(inv.args[0])
+			if err != nil {
+				return nil, invalidArgf("jobs show: %q is not a UUID", inv.args[0])
+			}
+			pool, err := inv.Pool(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return showJob(ctx, pool, scopeFor(*org), id)
+		}
+	},
+}
+
+// beginner starts transactions: a pool or a connection.
+type beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// showJob reads a job, its events and its lineage in one REPEATABLE READ
+// read-only transaction, so the four reads agree with each other.
+func showJob(ctx context.Context, db beginner, scope runledger.Scope, id uuid.UUID) (*jobView, error) {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, dberr.Translate(ctx, "begin jobs show transaction", err)
+	}
+	defer txn.Rollback(ctx, tx)
+	v := &jobView{scope: scope}
+	if v.Job, err = jobs.Get(ctx, tx, scope, id); err != nil {
+		return nil, err
+	}
+	if v.Events, err = jobs.Events(ctx, tx, scope, id); err != nil {
+		return nil, err
+	}
+	if v.Replays, err = jobs.Replays(ctx, tx, scope, id); err != nil {
+		return nil, err
+	}
+	if v.ReplayedFrom, err = jobs.ReplayedFrom(ctx, tx, scope, id); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// jobView is the output of jobs show.
+type jobView struct {
+	Job          runledger.Job             `json:"job"`
+	Events       []runledger.JobEvent      `json:"events"`
+	Replays      []runledger.ReplayLineage `json:"replays"`
+	ReplayedFrom *runledger.ReplayLineage  `json:"replayed_from"`
+	scope        runledger.Scope
+}
+
+func (v *jobView) text(w io.Writer) {
+	writeJob(w, v.Job, "")
+	fmt.Fprintf(w, "\nEvents (%d):\n", len(v.Events))
+	writeEvents(w, v.Events, "  ")
+	fmt.Fprintf(w, "\nReplays made from this job (%d):\n", len(v.Replays))
+	writeReplays(w, v.Replays, "  ")
+	fmt.Fprintln(w, "\nReplayed from:")
+	writeReplayedFrom(w, v.ReplayedFrom, "  ")
+}
