@@ -17,6 +17,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/pgdocker"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -243,7 +244,7 @@ func (d *demo) openDatabase(inv *invocation) error {
 	case "local":
 		detail = fmt.Sprintf("Started PostgreSQL from %s on %s; its data is in %s until the demo ends.", db.BinDir, db.Address, db.Dir)
 	default:
-		detail = fmt.Sprintf("Started PostgreSQL (%s) in Docker on %s; the container is removed when the demo ends.", dockerImage, db.Address)
+		detail = fmt.Sprintf("Started PostgreSQL (%s) in Docker on %s; the container is removed when the demo ends.", pgdocker.DefaultImage, db.Address)
 	}
 	title := "Start a throwaway PostgreSQL server"
 	if db.Kind == "configured" {

@@ -2,27 +2,18 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
-	"net/url"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/ory/dockertest/v3"
-	"github.com/ory/dockertest/v3/docker"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/pgdocker"
 	"github.com/runledger-go/runledger/internal/pgtemp"
 )
 
 // codeNoServer: no database configured and no way to start one.
 const codeNoServer = "cli.no_database_server"
-
-// dockerImage is the image a throwaway server runs when there are no local
-// server binaries but Docker answers.
-const dockerImage = "postgres:15"
 
 // scratchDatabase is the database a self-contained command (demo, and
 // anything else that must run on a fresh machine) works on: the configured
@@ -69,7 +60,7 @@ func openScratchDatabase(ctx context.Context, inv *invocation) (*scratchDatabase
 			Dir: srv.Dir(), BinDir: binDir, stop: srv.Stop,
 		}, nil
 	}
-	pool, dockerErr := dockerPing(ctx)
+	pool, dockerErr := pgdocker.Ping(ctx, 3*time.Second)
 	if dockerErr == nil {
 		return startDocker(ctx, pool)
 	}
@@ -109,70 +100,18 @@ func errInterrupted(cause error) error {
 		Message: "interrupted", Err: cause}
 }
 
-// dockerPing returns a client for the Docker daemon if one answers within
-// three seconds.
-func dockerPing(ctx context.Context) (*dockertest.Pool, error) {
-	pool, err := dockertest.NewPool("")
-	if err != nil {
-		return nil, fmt.Errorf("docker client: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := pool.Client.PingWithContext(ctx); err != nil {
-		return nil, fmt.Errorf("docker ping: %w", err)
-	}
-	return pool, nil
-}
-
-// startDocker runs a throwaway PostgreSQL container and waits until it
-// accepts connections. The container removes itself when stopped; if this
-// process dies without stopping it, the daemon kills it after an hour.
+// startDocker runs a throwaway PostgreSQL container (fast settings) and
+// waits until it accepts connections. The container removes itself when
+// stopped; if this process dies without stopping it, the daemon kills it
+// after an hour.
 func startDocker(ctx context.Context, pool *dockertest.Pool) (*scratchDatabase, error) {
-	secret := make([]byte, 12)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, err
-	}
-	password := hex.EncodeToString(secret)
-	res, err := pool.RunWithOptions(&dockertest.RunOptions{
-		Repository: "postgres",
-		Tag:        "15",
-		Env:        []string{"POSTGRES_PASSWORD=" + password},
-		Cmd:        []string{"postgres", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"},
-		Labels:     map[string]string{"dev.runledger.scratch": "1"},
-	}, func(hc *docker.HostConfig) {
-		hc.AutoRemove = true
-		hc.RestartPolicy = docker.RestartPolicy{Name: "no"}
+	srv, err := pgdocker.Start(ctx, pool, pgdocker.Options{
+		Settings: []string{"fsync=off", "synchronous_commit=off", "full_page_writes=off"},
+		Label:    "dev.runledger.scratch",
+		Lifetime: time.Hour,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("docker run %s: %w", dockerImage, err)
+		return nil, interruptedOr(ctx, err)
 	}
-	stop := func() error { return pool.Purge(res) }
-	_ = res.Expire(3600)
-	hostPort := res.GetHostPort("5432/tcp")
-	if host, port, err := net.SplitHostPort(hostPort); err == nil && host == "localhost" {
-		hostPort = net.JoinHostPort("127.0.0.1", port)
-	}
-	u := (&url.URL{Scheme: "postgres", User: url.UserPassword("postgres", password), Host: hostPort,
-		Path: "/postgres", RawQuery: "sslmode=disable"}).String()
-	pool.MaxWait = 2 * time.Minute
-	err = pool.Retry(func() error {
-		if ctx.Err() != nil {
-			return nil // stop waiting; reported below
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(cctx, u)
-		if err != nil {
-			return err
-		}
-		return conn.Close(cctx)
-	})
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		_ = stop()
-		return nil, interruptedOr(ctx, fmt.Errorf("container %s not accepting connections on %s: %w", dockerImage, hostPort, err))
-	}
-	return &scratchDatabase{URL: u, Kind: "docker", Address: hostPort, stop: stop}, nil
+	return &scratchDatabase{URL: srv.URL, Kind: "docker", Address: srv.HostPort, stop: srv.Stop}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -16,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ory/dockertest/v3"
-	"github.com/ory/dockertest/v3/docker"
 
+	"github.com/runledger-go/runledger/internal/pgdocker"
 	"github.com/runledger-go/runledger/internal/pgtemp"
 )
 
@@ -31,7 +30,7 @@ const (
 	// EnvImage overrides the Docker image (default DefaultImage).
 	EnvImage = "RUNLEDGER_TEST_POSTGRES_IMAGE"
 	// DefaultImage is the Docker image used when a daemon answers.
-	DefaultImage = "postgres:15"
+	DefaultImage = pgdocker.DefaultImage
 )
 
 // Server kinds, in the order chooseServer prefers them.
@@ -192,81 +191,26 @@ func startLocal(ctx context.Context) (string, func() error, error) {
 // dockerPing returns a pool for the Docker daemon if one answers a ping
 // within five seconds.
 func dockerPing(ctx context.Context) (*dockertest.Pool, error) {
-	pool, err := dockertest.NewPool("")
-	if err != nil {
-		return nil, fmt.Errorf("docker client: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := pool.Client.PingWithContext(ctx); err != nil {
-		return nil, fmt.Errorf("docker ping: %w", err)
-	}
-	return pool, nil
+	return pgdocker.Ping(ctx, 5*time.Second)
 }
 
-// startDocker runs the PostgreSQL image with a published port and waits
-// until it accepts connections. The container removes itself when stopped,
-// and is stopped by the returned function or, if this process dies first,
-// by the daemon when the expiry set here runs out.
+// startDocker runs the PostgreSQL image (EnvImage, default DefaultImage)
+// and waits until it accepts connections. The container removes itself
+// when stopped, and is stopped by the returned function or, if this
+// process dies first, by the daemon once the test binary's deadline has
+// passed.
 func startDocker(ctx context.Context, pool *dockertest.Pool) (string, func() error, error) {
 	image := os.Getenv(EnvImage)
 	if image == "" {
 		image = DefaultImage
 	}
-	repo, tag := splitImage(image)
-	password := randomHex(12)
-	cmd := []string{"postgres"}
-	for _, kv := range testSettings {
-		cmd = append(cmd, "-c", kv)
-	}
-	res, err := pool.RunWithOptions(&dockertest.RunOptions{
-		Repository: repo,
-		Tag:        tag,
-		Env:        []string{"POSTGRES_PASSWORD=" + password},
-		Cmd:        cmd,
-		Labels:     map[string]string{"dev.runledger.testdb": "1"},
-	}, func(hc *docker.HostConfig) {
-		hc.AutoRemove = true
-		hc.RestartPolicy = docker.RestartPolicy{Name: "no"}
+	srv, err := pgdocker.Start(ctx, pool, pgdocker.Options{
+		Image: image, Settings: testSettings, Label: "dev.runledger.testdb", Lifetime: containerLifetime(),
 	})
 	if err != nil {
-		return "", nil, fmt.Errorf("testdb: docker run %s: %w", image, err)
+		return "", nil, fmt.Errorf("testdb: %w", err)
 	}
-	stop := func() error {
-		if err := pool.Purge(res); err != nil {
-			return fmt.Errorf("testdb: remove container %s: %w", res.Container.ID, err)
-		}
-		return nil
-	}
-	// dockertest starts containers with stop signal SIGWINCH, which
-	// PostgreSQL ignores, so Expire's "docker stop -t N" is a kill after N
-	// seconds: the cleanup for a test binary that crashed.
-	_ = res.Expire(uint(containerLifetime().Seconds()))
-
-	hostPort := dockerHostPort(res.GetHostPort("5432/tcp"))
-	adminURL := (&url.URL{
-		Scheme:   "postgres",
-		User:     url.UserPassword("postgres", password),
-		Host:     hostPort,
-		Path:     "/postgres",
-		RawQuery: "sslmode=disable",
-	}).String()
-
-	pool.MaxWait = 2 * time.Minute
-	err = pool.Retry(func() error {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, adminURL)
-		if err != nil {
-			return err
-		}
-		return conn.Close(ctx)
-	})
-	if err != nil {
-		_ = stop()
-		return "", nil, fmt.Errorf("testdb: container %s not accepting connections on %s: %w", image, hostPort, err)
-	}
-	return adminURL, stop, nil
+	return srv.URL, srv.Stop, nil
 }
 
 // containerLifetime is how long a Docker server may live: longer than the
@@ -280,30 +224,6 @@ func containerLifetime() time.Duration {
 		}
 	}
 	return 2 * time.Hour
-}
-
-// dockerHostPort fixes the host of a published port for a remote daemon:
-// dockertest reports "localhost" for ports bound on all interfaces, which
-// is right only when the daemon runs here.
-func dockerHostPort(hostPort string) string {
-	host, port, err := net.SplitHostPort(hostPort)
-	if err != nil || host != "localhost" {
-		return hostPort
-	}
-	if u, err := url.Parse(os.Getenv("DOCKER_HOST")); err == nil && u.Scheme == "tcp" && u.Hostname() != "" {
-		return net.JoinHostPort(u.Hostname(), port)
-	}
-	return hostPort
-}
-
-// splitImage splits "repo:tag" (the repo may contain a registry port,
-// "host:5000/postgres:15"); no tag means "latest".
-func splitImage(image string) (repo, tag string) {
-	i := strings.LastIndex(image, ":")
-	if i < 0 || strings.Contains(image[i:], "/") {
-		return image, "latest"
-	}
-	return image[:i], image[i+1:]
 }
 
 // withDatabase returns connString (a URL or keyword/value string) pointed at

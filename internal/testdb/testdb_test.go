@@ -438,20 +438,6 @@ func TestWithDatabase(t *testing.T) {
 	}
 }
 
-func TestSplitImage(t *testing.T) {
-	cases := []struct{ in, repo, tag string }{
-		{"postgres:15", "postgres", "15"},
-		{"postgres", "postgres", "latest"},
-		{"registry:5000/postgres", "registry:5000/postgres", "latest"},
-		{"registry:5000/pg/postgres:16-alpine", "registry:5000/pg/postgres", "16-alpine"},
-	}
-	for _, c := range cases {
-		if repo, tag := splitImage(c.in); repo != c.repo || tag != c.tag {
-			t.Errorf("splitImage(%q) = %q, %q", c.in, repo, tag)
-		}
-	}
-}
-
 // scratchTemplate returns a template name no other test uses, and drops
 // whatever the test leaves under it (or its build name).
 func scratchTemplate(t *testing.T, adminURL string) string {
