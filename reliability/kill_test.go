@@ -36,12 +36,6 @@ const (
 	failTransient          failure = iota // a statement failed: category transient
 	failCommitUnconfirmed                 // the library's COMMIT failed
 	failCallerCommitFailed                // the caller's own COMMIT failed (Tx entry point)
-	// The backend died before COMMIT reached it. Transient when the
-	// library can tell (the server reported the termination for a
-	// statement ahead of COMMIT, as when replay sends its insert and COMMIT
-	// in one batch), commit-unconfirmed when COMMIT was the statement that
-	// failed; either way nothing was written.
-	failBeforeCommit
 )
 
 // killPoint is one place to kill an operation.
@@ -83,10 +77,12 @@ var ownedReplayKillPoints = []killPoint{
 	{name: "waiting for the source lock", waitOn: holdSource, lockType: "", want: failTransient},
 	{name: "after the source lock", hook: failpoint.ReplayAfterSourceLock, want: failTransient},
 	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
-	// The insert is the last statement before COMMIT (SucceededJob may
-	// send the two in one batch; the failpoint then fires before it).
-	{name: "after the insert", hook: failpoint.ReplayAfterInsert, want: failBeforeCommit},
-	{name: "just before COMMIT", hook: failpoint.TxnBeforeCommit, want: failBeforeCommit},
+	// SucceededJob sends the insert and COMMIT in one batch; both
+	// failpoints fire just before it, the server reports the termination
+	// against the insert, so COMMIT provably never ran: transient, not
+	// commit-unconfirmed.
+	{name: "after the insert", hook: failpoint.ReplayAfterInsert, want: failTransient},
+	{name: "just before COMMIT", hook: failpoint.TxnBeforeCommit, want: failTransient},
 	{name: "while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory", want: failCommitUnconfirmed},
 	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},
 }
@@ -176,10 +172,6 @@ func checkFailure(t testing.TB, want failure, err error) {
 		wantTransient(t, err)
 	case failCommitUnconfirmed:
 		wantCommitUnconfirmed(t, err)
-	case failBeforeCommit:
-		if !errors.Is(err, runledger.ErrCommitUnconfirmed) {
-			wantTransient(t, err)
-		}
 	case failCallerCommitFailed:
 		if err == nil {
 			t.Fatal("COMMIT of a killed connection succeeded")
