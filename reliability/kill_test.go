@@ -101,39 +101,10 @@ func TestReplayKilledAtEveryStep(t *testing.T) {
 			before := takeSnapshot(t, e.admin)
 			r := req(sourceID, "retry-key", "operator retry")
 
-			var pool *pgxpool.Pool
-			var app string
-			var proxy *cutProxy
-			if kp.lostReply {
-				proxy = newCutProxy(t, serverAddr(t, e.url))
-				app = "rl-target-" + randomHex(4)
-				pool = openPoolVia(t, e.url, app, proxy)
-			} else {
-				pool, app = e.target(nil)
-			}
-			tctx, tag := tagged(ctx)
-			var err error
-			switch {
-			case kp.hook != "":
-				onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
-				_, err = replay.SucceededJob(tctx, pool, r)
-			case kp.lostReply:
-				onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.arm("COMMIT") })
-				_, err = replay.SucceededJob(tctx, pool, r)
-				if proxy.cutCount() != 1 {
-					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
-				}
-			default:
-				release := kp.waitOn(e, sourceID)
-				done := make(chan error, 1)
-				go func() {
-					_, err := replay.SucceededJob(ctx, pool, r)
-					done <- err
-				}()
-				e.kill(e.waitingPID(app, kp.lockType))
-				err = <-done
-				release()
-			}
+			pool, err := runToKillPoint(t, ctx, e, kp, sourceID, func(ctx context.Context, pool *pgxpool.Pool) error {
+				_, err := replay.SucceededJob(ctx, pool, r)
+				return err
+			})
 			checkFailure(t, kp.want, err)
 
 			if kp.lostReply {
@@ -325,39 +296,10 @@ func TestKeyedEnqueueKilledAtEveryStep(t *testing.T) {
 			before := takeSnapshot(t, e.admin)
 			r := keyedRequest()
 
-			var pool *pgxpool.Pool
-			var app string
-			var proxy *cutProxy
-			if kp.lostReply {
-				proxy = newCutProxy(t, serverAddr(t, e.url))
-				app = "rl-target-" + randomHex(4)
-				pool = openPoolVia(t, e.url, app, proxy)
-			} else {
-				pool, app = e.target(nil)
-			}
-			tctx, tag := tagged(ctx)
-			var err error
-			switch {
-			case kp.hook != "":
-				onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
-				_, err = jobs.Enqueue(tctx, pool, r)
-			case kp.lostReply:
-				onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.arm("COMMIT") })
-				_, err = jobs.Enqueue(tctx, pool, r)
-				if proxy.cutCount() != 1 {
-					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
-				}
-			default:
-				release := kp.waitOn(e, uuid.Nil)
-				done := make(chan error, 1)
-				go func() {
-					_, err := jobs.Enqueue(ctx, pool, r)
-					done <- err
-				}()
-				e.kill(e.waitingPID(app, kp.lockType))
-				err = <-done
-				release()
-			}
+			pool, err := runToKillPoint(t, ctx, e, kp, uuid.Nil, func(ctx context.Context, pool *pgxpool.Pool) error {
+				_, err := jobs.Enqueue(ctx, pool, r)
+				return err
+			})
 			checkFailure(t, kp.want, err)
 			if !kp.lostReply {
 				checkNothingWritten(t, e.admin, before)
@@ -526,5 +468,46 @@ func checkCompletedOnce(t testing.TB, q querier, id uuid.UUID) {
 		if got[i] != want[i] {
 			t.Fatalf("events %v, want %v", got, want)
 		}
+	}
+}
+
+// runToKillPoint runs op once on a target pool and kills its backend at the
+// kill point: at a failpoint (the hook fires only for this call, tagged
+// through its context), while it waits on a lock waitOn prepares (lockArg
+// is passed to waitOn), or, for a lost reply, by a proxy that swallows the
+// reply to COMMIT. It returns the pool (for retries) and op's error.
+func runToKillPoint(t *testing.T, ctx context.Context, e *env, kp killPoint, lockArg uuid.UUID,
+	op func(context.Context, *pgxpool.Pool) error) (*pgxpool.Pool, error) {
+	t.Helper()
+	var pool *pgxpool.Pool
+	var app string
+	var proxy *cutProxy
+	if kp.lostReply {
+		proxy = newCutProxy(t, serverAddr(t, e.url))
+		app = "rl-target-" + randomHex(4)
+		pool = openPoolVia(t, e.url, app, proxy)
+	} else {
+		pool, app = e.target(nil)
+	}
+	tctx, tag := tagged(ctx)
+	switch {
+	case kp.hook != "":
+		onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
+		return pool, op(tctx, pool)
+	case kp.lostReply:
+		onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.arm("COMMIT") })
+		err := op(tctx, pool)
+		if proxy.cutCount() != 1 {
+			t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
+		}
+		return pool, err
+	default:
+		release := kp.waitOn(e, lockArg)
+		done := make(chan error, 1)
+		go func() { done <- op(ctx, pool) }()
+		e.kill(e.waitingPID(app, kp.lockType))
+		err := <-done
+		release()
+		return pool, err
 	}
 }
