@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runledger-go/runledger/internal/bench"
+	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
 )
 
 var benchCmd = &command{
@@ -24,7 +24,7 @@ missing job, 3). A progress line shows while a run goes on (on stderr).
 
 With --compare-pgbench it runs, right after each Go run and against the
 same database, the pgbench scripts doing the same work (shipped in
-bench/pgbench, embedded in the binary): the reference protocol, one
+cmd/runledger/internal/bench/scripts, embedded in the binary): the reference protocol, one
 statement per round trip (9, 4, 6 and 6 round trips), and this project's
 pipelined protocol (\startpipeline, the same statements and round trips as
 the Go client); then prints the ratios Go/pgbench per path and client

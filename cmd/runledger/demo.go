@@ -17,7 +17,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
-	"github.com/runledger-go/runledger/internal/pgdocker"
+	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )

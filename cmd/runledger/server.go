@@ -8,8 +8,8 @@ import (
 	"github.com/ory/dockertest/v3"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/internal/pgdocker"
-	"github.com/runledger-go/runledger/internal/pgtemp"
+	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
+	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // codeNoServer: no database configured and no way to start one.

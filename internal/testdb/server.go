@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ory/dockertest/v3"
 
-	"github.com/runledger-go/runledger/internal/pgdocker"
-	"github.com/runledger-go/runledger/internal/pgtemp"
+	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
+	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // Environment variables read by testdb.

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger/goose"
-	"github.com/runledger-go/runledger/internal/pgtemp"
+	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 func TestMain(m *testing.M) { Main(m) }

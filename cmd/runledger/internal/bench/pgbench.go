@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"embed"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -15,9 +16,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runledger-go/runledger/bench/pgbench"
-	"github.com/runledger-go/runledger/internal/pgtemp"
+	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
+
+// pgbenchScripts holds the pgbench scripts run beside the Go replay: for
+// each path a reference_*.sql script (the reference protocol, one statement
+// per round trip) and a pipelined_*.sql script (this project's statements
+// in its round trips), generated from db/ by TestPgbenchScripts -update.
+// Each expects the variables sources, org, reason and seed (pgbench -D) and
+// the helper functions the bench seeding creates; run them with -M prepared.
+//
+//go:embed scripts/*.sql
+var pgbenchScripts embed.FS
 
 func newRand() *mrand.Rand {
 	return mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
@@ -56,12 +66,12 @@ func writeScripts() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	entries, err := pgbench.Scripts.ReadDir(".")
+	entries, err := pgbenchScripts.ReadDir("scripts")
 	if err != nil {
 		return "", err
 	}
 	for _, e := range entries {
-		data, err := pgbench.Scripts.ReadFile(e.Name())
+		data, err := pgbenchScripts.ReadFile("scripts/" + e.Name())
 		if err != nil {
 			return "", err
 		}

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runledger-go/runledger/bench/pgbench"
-	"github.com/runledger-go/runledger/internal/planaudit"
+	"github.com/runledger-go/runledger/internal/testdb/planaudit"
 )
 
-var update = flag.Bool("update", false, "rewrite bench/pgbench/pipelined_*.sql from the statements in db/")
+var update = flag.Bool("update", false, "rewrite scripts/pipelined_*.sql from the statements in db/")
 
 // scriptPath describes how a pipelined script binds the generated
 // statements' parameters for one path.
@@ -124,17 +123,17 @@ func TestPgbenchScripts(t *testing.T) {
 		}
 		name := "pipelined_" + p.path + ".sql"
 		if *update {
-			if err := os.WriteFile(filepath.Join("../../bench/pgbench", name), []byte(want), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join("scripts", name), []byte(want), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		got, err := os.ReadFile(filepath.Join("../../bench/pgbench", name))
+		got, err := os.ReadFile(filepath.Join("scripts", name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if string(got) != want {
-			t.Errorf("bench/pgbench/%s differs from the statements in db/: run go test ./internal/bench -run TestPgbenchScripts -update", name)
+			t.Errorf("scripts/%s differs from the statements in db/: run go test ./cmd/runledger/internal/bench -run TestPgbenchScripts -update", name)
 		}
 	}
 	if *update {
@@ -142,7 +141,7 @@ func TestPgbenchScripts(t *testing.T) {
 	}
 	for _, path := range Paths {
 		for _, style := range []string{"reference", "pipelined"} {
-			if _, err := pgbench.Scripts.ReadFile(style + "_" + string(path) + ".sql"); err != nil {
+			if _, err := pgbenchScripts.ReadFile("scripts/" + style + "_" + string(path) + ".sql"); err != nil {
 				t.Errorf("script for %s %s: %v", style, path, err)
 			}
 		}
