@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -35,12 +36,12 @@ func benchSetup(b *testing.B) (*pgxpool.Pool, *tripCounter, runledger.Scope, []u
 	org := uuid.New()
 	scope := runledger.Organization(org)
 	ctx := context.Background()
-	benchExec(b, pool, `INSERT INTO job_definitions (job_type) VALUES ('email') ON CONFLICT DO NOTHING`)
+	testdb.DefineType(b, pool, "email")
 	ids := make([]uuid.UUID, benchSources)
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7())
 	}
-	benchExec(b, pool, `
+	testdb.Exec(b, pool, `
 		INSERT INTO job_queue (id, job_type, organization_id, payload, status, run_number, attempt, max_attempts, stage)
 		SELECT id, 'email', $2, '{"to":"a@example.com"}', 'SUCCEEDED', 1, 1, 5, 'completed' FROM unnest($1::uuid[]) id`, ids, org)
 	for _, id := range ids {
@@ -48,15 +49,8 @@ func benchSetup(b *testing.B) (*pgxpool.Pool, *tripCounter, runledger.Scope, []u
 			b.Fatal(err)
 		}
 	}
-	benchExec(b, pool, `VACUUM ANALYZE`)
+	testdb.Exec(b, pool, `VACUUM ANALYZE`)
 	return pool, counter, scope, ids
-}
-
-func benchExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
-	b.Helper()
-	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
-		b.Fatalf("exec %q: %v", sql, err)
-	}
 }
 
 type benchPath struct {

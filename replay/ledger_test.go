@@ -19,8 +19,6 @@ import (
 // These tests make sources the way an application does, through package
 // jobs: enqueue, claim, complete.
 
-func ptr[T any](v T) *T { return &v }
-
 // runToSuccess enqueues a job and drives it to SUCCEEDED through a worker.
 func runToSuccess(t *testing.T, ctx context.Context, pool *pgxpool.Pool, req jobs.EnqueueRequest, output string) runledger.Job {
 	t.Helper()
@@ -44,7 +42,7 @@ func completeJob(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.
 		t.Fatalf("claim: %v %v, want job %s", claimed, err, id)
 	}
 	done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: id, RunNumber: claimed[0].RunNumber, Attempt: claimed[0].Attempt,
-		WorkerID: "worker-1", Output: json.RawMessage(output), ProgressDone: ptr[int64](8), ProgressTotal: ptr[int64](8)})
+		WorkerID: "worker-1", Output: json.RawMessage(output), ProgressDone: testdb.Ptr[int64](8), ProgressTotal: testdb.Ptr[int64](8)})
 	if err != nil {
 		t.Fatalf("complete: %v", err)
 	}
@@ -53,32 +51,25 @@ func completeJob(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.
 
 func mustScope(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) runledger.Scope {
 	t.Helper()
-	org := scalar[*uuid.UUID](t, pool, `SELECT organization_id FROM job_queue WHERE id = $1`, id)
+	org := testdb.Scalar[*uuid.UUID](t, pool, `SELECT organization_id FROM job_queue WHERE id = $1`, id)
 	return runledger.ScopeOf(org)
-}
-
-func define(t *testing.T, ctx context.Context, pool *pgxpool.Pool, jobType string) {
-	t.Helper()
-	if _, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: jobType}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	define(t, ctx, pool, "report")
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "report"})
 	org := uuid.New()
 	keyed := jobs.EnqueueRequest{Scope: runledger.Organization(org), JobType: "report", Payload: json.RawMessage(`{"month":"2026-10"}`),
-		Priority: ptr[int32](77), MaxAttempts: ptr[int32](5), TimeoutSeconds: ptr[int32](123), IdempotencyKey: "report-2026-10"}
+		Priority: testdb.Ptr[int32](77), MaxAttempts: testdb.Ptr[int32](5), TimeoutSeconds: testdb.Ptr[int32](123), IdempotencyKey: "report-2026-10"}
 	source := runToSuccess(t, ctx, pool, keyed, `{"rows":42}`)
-	mustExec(t, pool, `UPDATE job_queue SET checkpoint = '{"page":8}' WHERE id = $1`, source.ID)
-	before := scalar[string](t, pool, sourceSnapshot, source.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET checkpoint = '{"page":8}' WHERE id = $1`, source.ID)
+	before := testdb.Scalar[string](t, pool, sourceSnapshot, source.ID)
 
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: source.Scope(), SourceJobID: source.ID,
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: source.Scope(), SourceJobID: source.ID,
 		ExpectedRunNumber: source.RunNumber, Key: "rerun", Reason: "numbers were wrong"}))
-	if after := scalar[string](t, pool, sourceSnapshot, source.ID); after != before {
+	if after := testdb.Scalar[string](t, pool, sourceSnapshot, source.ID); after != before {
 		t.Fatal("replay changed the source")
 	}
 	replayJob, err := jobs.Get(ctx, pool, source.Scope(), got.Replay.JobID)
@@ -89,7 +80,7 @@ func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 		replayJob.Checkpoint != nil || replayJob.Output != nil || replayJob.ProgressDone != nil {
 		t.Fatalf("replay job %+v", replayJob)
 	}
-	if req := scalar[*string](t, pool, `SELECT enqueue_request::text FROM job_queue WHERE id = $1`, got.Replay.JobID); req != nil {
+	if req := testdb.Scalar[*string](t, pool, `SELECT enqueue_request::text FROM job_queue WHERE id = $1`, got.Replay.JobID); req != nil {
 		t.Fatalf("replay has a request snapshot %s", *req)
 	}
 	// The original keyed enqueue, retried, still finds the source.
@@ -99,7 +90,7 @@ func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 	}
 	// The replay runs like any job and can itself be replayed.
 	done := completeJob(t, ctx, pool, got.Replay.JobID, `{"rows":43}`)
-	second := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: done.Scope(), SourceJobID: done.ID,
+	second := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: done.Scope(), SourceJobID: done.ID,
 		ExpectedRunNumber: done.RunNumber, Key: "rerun", Reason: "again"}))
 	if second.Disposition != replay.DispositionInserted {
 		t.Fatalf("replay of a replay: %+v", second)
@@ -112,9 +103,9 @@ func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 
 func TestReplayKeepsTheSourcesExecutionResource(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	define(t, ctx, pool, "print")
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "print"})
 	source := runToSuccess(t, ctx, pool, jobs.EnqueueRequest{JobType: "print", ExecutionResourceKey: "printer-7"}, `{}`)
 
 	// Another job owns the printer.
@@ -127,7 +118,7 @@ func TestReplayKeepsTheSourcesExecutionResource(t *testing.T) {
 		t.Fatalf("owner claim: %v %v", leased, err)
 	}
 
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 	if none, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute}); err != nil || len(none) != 0 {
 		t.Fatalf("claimed %v (%v) while the printer is held", none, err)
 	}
@@ -142,15 +133,15 @@ func TestReplayKeepsTheSourcesExecutionResource(t *testing.T) {
 
 func TestWorkerClaimSkipsAReplayHeldByAnExistingOutcome(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	define(t, ctx, pool, "sync")
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "sync"})
 	source := runToSuccess(t, ctx, pool, jobs.EnqueueRequest{JobType: "sync"}, `{}`)
 	req := replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 
 	tx, pid := beginTx(t, ctx, pool)
-	existing := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
+	existing := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
 	if existing.Disposition != replay.DispositionExisting || existing.Replay.Status != runledger.JobStatusPending || existing.Replay.RunNumber != 1 {
 		t.Fatalf("%+v", existing)
 	}
@@ -172,11 +163,11 @@ func TestWorkerClaimSkipsAReplayHeldByAnExistingOutcome(t *testing.T) {
 
 func TestConflictingRequestDoesNotKeepWorkersFromTheReplay(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	define(t, ctx, pool, "sync")
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "sync"})
 	source := runToSuccess(t, ctx, pool, jobs.EnqueueRequest{JobType: "sync"}, `{}`)
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 
 	tx, _ := beginTx(t, ctx, pool)
 	_, err := replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "different"})
@@ -191,15 +182,15 @@ func TestConflictingRequestDoesNotKeepWorkersFromTheReplay(t *testing.T) {
 
 func TestRetryReportsTheReplaysCurrentStateAfterItRan(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	define(t, ctx, pool, "sync")
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "sync"})
 	source := runToSuccess(t, ctx, pool, jobs.EnqueueRequest{JobType: "sync"}, `{}`)
 	req := replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	completeJob(t, ctx, pool, first.Replay.JobID, `{"ok":true}`)
 
-	again := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	if again.Disposition != replay.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded || again.Replay.RunNumber != 1 {
 		t.Fatalf("%+v", again)
 	}
@@ -227,9 +218,9 @@ func TestRetryReportsTheReplaysCurrentStateAfterItRan(t *testing.T) {
 
 func TestWorkflowStepJobCannotBeReplayedDirectly(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	define(t, ctx, pool, "step")
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "step"})
 	step, err := jobs.EnqueueWorkflowStep(ctx, pool, jobs.WorkflowStepRequest{WorkflowType: "onboarding", StepKey: "only", Job: jobs.EnqueueRequest{JobType: "step"}})
 	if err != nil {
 		t.Fatal(err)

@@ -28,14 +28,14 @@ func beginTx(t *testing.T, ctx context.Context, pool interface {
 
 func TestExistingOutcomeLocksTheReplayUntilTheTransactionEnds(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 
 	tx, pid := beginTx(t, ctx, pool)
-	got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
+	got := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
 	if got.Disposition != replay.DispositionExisting || got.Replay.Status != runledger.JobStatusPending || got.Replay.RunNumber != 1 {
 		t.Fatalf("existing %+v", got)
 	}
@@ -58,10 +58,10 @@ func TestExistingOutcomeLocksTheReplayUntilTheTransactionEnds(t *testing.T) {
 
 func TestConflictMismatchAndNotFoundHoldNoRowLock(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 
 	cases := []struct {
 		name string
@@ -95,12 +95,12 @@ func TestConflictMismatchAndNotFoundHoldNoRowLock(t *testing.T) {
 
 func TestInsertPathHoldsTheSourceAndDefinitionLocks(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 
 	tx, pid := beginTx(t, ctx, pool)
-	got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	got := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 	if got.Disposition != replay.DispositionInserted {
 		t.Fatalf("%+v", got)
 	}
@@ -141,12 +141,12 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := testdb.Context(t)
 			pool := testdb.New(t)
-			sourceID := seed(t, pool, succeeded(runledger.Global()))
+			sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 
 			holder, _ := beginTx(t, ctx, pool)
-			held := mustReplayed(t)(replay.SucceededJobTx(ctx, holder, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+			held := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, holder, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 
 			waiter, waiterPID := beginTx(t, ctx, pool)
 			type result struct {
@@ -164,7 +164,7 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 			}
 			res := <-done
 			if c.reason == "r" {
-				got := checkReplayed(t, res.out, res.err)
+				got := testdb.MustReplayed(t)(res.out, res.err)
 				if got.Disposition != replay.DispositionExisting || got.Replay.JobID != held.Replay.JobID {
 					t.Fatalf("waiter got %+v, holder inserted %s", got, held.Replay.JobID)
 				}
@@ -178,7 +178,7 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 				t.Fatalf("source held by %v, want the waiter %d until it ends", holders, waiterPID)
 			}
 			_ = waiter.Rollback(ctx)
-			if n := countRows(t, pool, "job_replays"); n != 1 {
+			if n := testdb.Count(t, pool, "job_replays"); n != 1 {
 				t.Fatalf("%d lineage rows", n)
 			}
 		})
@@ -187,13 +187,13 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 
 func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	pool := poolWith(t, 4, map[string]string{"application_name": "replay-cancel-test"})
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	ctx := testdb.Context(t)
+	pool := testdb.OpenPool(t, testdb.NewURL(t), 4, map[string]string{"application_name": "replay-cancel-test"})
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 
 	// Another transaction holds the source.
 	holder, _ := beginTx(t, ctx, pool)
-	mustExec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, sourceID)
+	testdb.Exec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, sourceID)
 
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -204,8 +204,8 @@ func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
 	}()
 	// Find the replay's backend waiting on the lock, then cancel.
 	var waiterPID int32
-	waitUntil(t, "the replay to wait for the source lock", func() bool {
-		waiterPID = scalar[int32](t, pool, `
+	testdb.WaitFor(t, "the replay to wait for the source lock", func() bool {
+		waiterPID = testdb.Scalar[int32](t, pool, `
 			SELECT coalesce(min(l.pid), 0) FROM pg_locks l
 			WHERE NOT l.granted AND l.pid <> $1 AND l.pid <> pg_backend_pid()`,
 			int32(holder.Conn().PgConn().PID()))
@@ -222,18 +222,18 @@ func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
 	// Nothing remains of the canceled call: its backend stops waiting (the
 	// cancel request pgx sent is handled by the server asynchronously, so
 	// poll) while the holder still holds the source; then no rows, no locks.
-	waitUntil(t, "the canceled backend to stop waiting", func() bool {
-		return scalar[int64](t, pool, `SELECT count(*) FROM pg_locks WHERE pid = $1`, waiterPID) == 0
+	testdb.WaitFor(t, "the canceled backend to stop waiting", func() bool {
+		return testdb.Scalar[int64](t, pool, `SELECT count(*) FROM pg_locks WHERE pid = $1`, waiterPID) == 0
 	})
 	_ = holder.Rollback(ctx)
-	if n := countRows(t, pool, "job_queue"); n != 1 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs", n)
 	}
-	if n := countRows(t, pool, "job_replays") + countRows(t, pool, "job_events"); n != 0 {
+	if n := testdb.Count(t, pool, "job_replays") + testdb.Count(t, pool, "job_events"); n != 0 {
 		t.Fatal("canceled replay wrote lineage or events")
 	}
 	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
 		t.Fatalf("source still locked: %+v", locks)
 	}
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 }

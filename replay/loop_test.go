@@ -29,9 +29,9 @@ func onSource(source uuid.UUID, fn func(attempt int)) failpoint.Hook {
 }
 
 func TestLockLoopRetriesWhenTheSourceBecomesEligibleBetweenStatements(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	ownBySingleStepWorkflow(t, pool, sourceID)
 
 	var locks, misses []int
@@ -41,10 +41,10 @@ func TestLockLoopRetriesWhenTheSourceBecomesEligibleBetweenStatements(t *testing
 	defer failpoint.Enable(failpoint.ReplayAfterLockMiss, onSource(sourceID, func(attempt int) {
 		misses = append(misses, attempt)
 		// Committed on another connection: the next statement sees it.
-		mustExec(t, pool, `UPDATE workflow_steps SET job_id = NULL WHERE job_id = $1`, sourceID)
+		testdb.Exec(t, pool, `UPDATE workflow_steps SET job_id = NULL WHERE job_id = $1`, sourceID)
 	}))()
 
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 	if got.Disposition != replay.DispositionInserted {
 		t.Fatalf("%+v", got)
 	}
@@ -54,11 +54,11 @@ func TestLockLoopRetriesWhenTheSourceBecomesEligibleBetweenStatements(t *testing
 }
 
 func TestLockLoopGivesUpAfterItsBound(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	mustExec(t, pool, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf')`, sourceID)
-	mustExec(t, pool, `INSERT INTO workflow_steps (workflow_run_id, step_key) VALUES ($1, 'flapping')`, sourceID)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.Exec(t, pool, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf')`, sourceID)
+	testdb.Exec(t, pool, `INSERT INTO workflow_steps (workflow_run_id, step_key) VALUES ($1, 'flapping')`, sourceID)
 
 	// Before every locking read a step takes the job, after every miss it
 	// lets go: the source looks eligible to every unlocked read and to no
@@ -66,10 +66,10 @@ func TestLockLoopGivesUpAfterItsBound(t *testing.T) {
 	attempts := 0
 	defer failpoint.Enable(failpoint.ReplayBeforeSourceLock, onSource(sourceID, func(attempt int) {
 		attempts = attempt
-		mustExec(t, pool, `UPDATE workflow_steps SET job_id = $1 WHERE step_key = 'flapping'`, sourceID)
+		testdb.Exec(t, pool, `UPDATE workflow_steps SET job_id = $1 WHERE step_key = 'flapping'`, sourceID)
 	}))()
 	defer failpoint.Enable(failpoint.ReplayAfterLockMiss, onSource(sourceID, func(int) {
-		mustExec(t, pool, `UPDATE workflow_steps SET job_id = NULL WHERE step_key = 'flapping'`)
+		testdb.Exec(t, pool, `UPDATE workflow_steps SET job_id = NULL WHERE step_key = 'flapping'`)
 	}))()
 
 	out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
@@ -83,7 +83,7 @@ func TestLockLoopGivesUpAfterItsBound(t *testing.T) {
 	if attempts != replay.MaxSourceLockAttempts {
 		t.Fatalf("%d locking reads, want the bound %d", attempts, replay.MaxSourceLockAttempts)
 	}
-	if n := countRows(t, pool, "job_replays") + countRows(t, pool, "job_events"); n != 0 {
+	if n := testdb.Count(t, pool, "job_replays") + testdb.Count(t, pool, "job_events"); n != 0 {
 		t.Fatal("the failed replay wrote lineage or events")
 	}
 }

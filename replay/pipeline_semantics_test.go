@@ -26,11 +26,11 @@ import (
 // COMMITTED would lock (the replay of a matching lineage row).
 func TestRefusedIsolationLocksNoRow(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
@@ -57,19 +57,19 @@ func TestRefusedIsolationLocksNoRow(t *testing.T) {
 // replay row of that lineage, which the lookup would have locked had it
 // run, stays unlocked in the caller's open transaction.
 func TestSecondLookupDoesNotRunWhenTheSourceLockMisses(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 	replayID := uuid.Must(uuid.NewV7())
 
 	defer failpoint.Enable(failpoint.ReplayAfterLookup, onSource(sourceID, func(int) {
 		// Another connection: a replay of run 1 under this key, then the
 		// source is re-run.
-		mustExec(t, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 5)`, replayID)
-		mustExec(t, pool, `INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+		testdb.Exec(t, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 5)`, replayID)
+		testdb.Exec(t, pool, `INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
 			VALUES ($1, 1, 'k', $2, 'r')`, sourceID, replayID)
-		mustExec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
+		testdb.Exec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
 	}))()
 
 	tx, _ := beginTx(t, ctx, pool)
@@ -92,20 +92,20 @@ func TestSecondLookupDoesNotRunWhenTheSourceLockMisses(t *testing.T) {
 // than being destroyed.
 func TestInsertErrorInTheFinalBatchRollsBackAndKeepsTheConnection(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	pool := poolWith(t, 1, nil)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	mustExec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_refused CHECK (replay_request_key <> 'refused')`)
+	ctx := testdb.Context(t)
+	pool := testdb.OpenPool(t, testdb.NewURL(t), 1, nil)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.Exec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_refused CHECK (replay_request_key <> 'refused')`)
 	conns := pool.Stat().NewConnsCount()
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
 	if e := wantCode(t, err, runledger.CodeBusinessRuleViolation); e.Constraint != "test_refused" || errors.Is(err, runledger.ErrCommitUnconfirmed) {
 		t.Fatalf("%+v", e)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 1 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs: the refused insert was committed", n)
 	}
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "accepted", Reason: "r"}))
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "accepted", Reason: "r"}))
 	if got.Disposition != replay.DispositionInserted {
 		t.Fatalf("%+v", got)
 	}
@@ -120,12 +120,12 @@ func TestInsertErrorInTheFinalBatchRollsBackAndKeepsTheConnection(t *testing.T) 
 // back and nothing is written.
 func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	mustExec(t, pool, `CREATE FUNCTION test_refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.Exec(t, pool, `CREATE FUNCTION test_refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'refused at commit'; END $$`)
-	mustExec(t, pool, `CREATE CONSTRAINT TRIGGER test_refuse_at_commit AFTER INSERT ON job_replays
+	testdb.Exec(t, pool, `CREATE CONSTRAINT TRIGGER test_refuse_at_commit AFTER INSERT ON job_replays
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_refuse_at_commit()`)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
@@ -135,7 +135,7 @@ func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
 	if e := wantCode(t, err, runledger.CodeCommitUnconfirmed); e.SQLState != "P0001" {
 		t.Fatalf("%+v: want the COMMIT's SQLSTATE", e)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 1 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs after a refused COMMIT", n)
 	}
 }
@@ -144,9 +144,9 @@ func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
 // this is not a failed COMMIT; the transaction is rolled back and the error
 // wraps the context's.
 func TestContextDoneBeforeTheFinalBatchRollsBack(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer failpoint.Enable(failpoint.ReplayAfterSourceLock, onSource(sourceID, func(int) { cancel() }))()
@@ -155,13 +155,13 @@ func TestContextDoneBeforeTheFinalBatchRollsBack(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CategoryOf(err) != runledger.CategoryTransient {
 		t.Fatalf("err %v, want a transient error wrapping context.Canceled", err)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 1 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs", n)
 	}
 	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
 		t.Fatalf("source still locked: %+v", locks)
 	}
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 }
 
 // The mismatch outcome's actual job is decoded from the classification
@@ -170,18 +170,18 @@ func TestContextDoneBeforeTheFinalBatchRollsBack(t *testing.T) {
 // (timestamps, progress, JSON documents, keys) or NULL.
 func TestMismatchActualEqualsTheJobAsRead(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	org := uuid.New()
-	s := succeeded(runledger.Organization(org))
+	s := testdb.Succeeded(runledger.Organization(org))
 	key, resource := "idem-1", "printer-9"
-	s.idempotencyKey, s.resourceKey = &key, &resource
-	full := seed(t, pool, s)
-	mustExec(t, pool, `UPDATE job_queue SET status_reason = 'why', last_error_code = 'E1', last_error_message = 'boom',
+	s.IdempotencyKey, s.ResourceKey = &key, &resource
+	full := testdb.Seed(t, pool, s)
+	testdb.Exec(t, pool, `UPDATE job_queue SET status_reason = 'why', last_error_code = 'E1', last_error_message = 'boom',
 		lease_expires_at = now() + interval '1 minute', last_heartbeat_at = now(), progress_done = 3, progress_total = 7,
 		checkpoint = '{"c":[1,{"d":null}]}', output = '"text"' WHERE id = $1`, full)
-	bare := seed(t, pool, succeeded(runledger.Global()))
-	mustExec(t, pool, `UPDATE job_queue SET checkpoint = NULL, output = NULL, worker_id = NULL, started_at = NULL,
+	bare := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.Exec(t, pool, `UPDATE job_queue SET checkpoint = NULL, output = NULL, worker_id = NULL, started_at = NULL,
 		finished_at = NULL, progress_done = NULL, progress_total = NULL WHERE id = $1`, bare)
 
 	for _, c := range []struct {

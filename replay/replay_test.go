@@ -20,16 +20,16 @@ const sourceSnapshot = `SELECT to_jsonb(q) FROM job_queue q WHERE id = $1`
 
 func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	org := uuid.New()
 	key := "source-key"
-	src := succeeded(runledger.Organization(org))
-	src.idempotencyKey = &key
-	sourceID := seed(t, pool, src)
-	before := scalar[string](t, pool, sourceSnapshot, sourceID)
+	src := testdb.Succeeded(runledger.Organization(org))
+	src.IdempotencyKey = &key
+	sourceID := testdb.Seed(t, pool, src)
+	before := testdb.Scalar[string](t, pool, sourceSnapshot, sourceID)
 
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{
 		Scope: runledger.Organization(org), SourceJobID: sourceID, ExpectedRunNumber: 1,
 		Key: "replay-1", Reason: "customer asked again",
 	}))
@@ -41,7 +41,7 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 	if got.Replay.JobID == sourceID || got.Replay.JobID.Version() != 7 {
 		t.Fatalf("replay id %s: want a new UUIDv7", got.Replay.JobID)
 	}
-	if after := scalar[string](t, pool, sourceSnapshot, sourceID); after != before {
+	if after := testdb.Scalar[string](t, pool, sourceSnapshot, sourceID); after != before {
 		t.Fatalf("source changed:\nbefore %s\nafter  %s", before, after)
 	}
 
@@ -74,7 +74,7 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 		t.Fatalf("replay row: type %s org %v status %s prio %d run %d attempt %d max %d timeout %d stage %s",
 			jobType, orgID, status, priority, run, attempt, maxAttempts, timeout, stage)
 	}
-	jsonEqual(t, payload, src.payload)
+	testdb.JSONEqual(t, "replay payload", payload, src.Payload)
 	if progressDone != nil || progressTotal != nil || checkpoint != nil || output != nil || idemKey != nil ||
 		enqueueRequest != nil || workerID != nil || statusReason != nil || lastErr != nil || !noTimes {
 		t.Fatal("replay copied state it must reset")
@@ -84,7 +84,7 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 	}
 
 	// Exactly one event, ENQUEUED, with the five-key provenance payload.
-	if n := scalar[int64](t, pool, `SELECT count(*) FROM job_events WHERE job_id = $1`, sourceID); n != 0 {
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_events WHERE job_id = $1`, sourceID); n != 0 {
 		t.Fatalf("source got %d events", n)
 	}
 	var evType, evStage string
@@ -96,13 +96,13 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 		got.Replay.JobID).Scan(&evType, &evStage, &evRun, &evAttempt, &evPayload); err != nil {
 		t.Fatal(err)
 	}
-	if n := scalar[int64](t, pool, `SELECT count(*) FROM job_events WHERE job_id = $1`, got.Replay.JobID); n != 1 {
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_events WHERE job_id = $1`, got.Replay.JobID); n != 1 {
 		t.Fatalf("replay has %d events, want 1", n)
 	}
 	if evType != "ENQUEUED" || evStage != "queued" || evRun != 1 || evAttempt != nil {
 		t.Fatalf("event %s %s run %d attempt %v", evType, evStage, evRun, evAttempt)
 	}
-	jsonEqual(t, evPayload, `{"job_type":"email","replayed_from_job_id":"`+sourceID.String()+
+	testdb.JSONEqual(t, "event payload", evPayload, `{"job_type":"email","replayed_from_job_id":"`+sourceID.String()+
 		`","replayed_from_run_number":1,"replay_request_key":"replay-1","reason":"customer asked again"}`)
 
 	// The lineage row.
@@ -121,39 +121,39 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 
 func TestRetryWithSameKeyAndReasonReturnsTheExistingReplay(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	// The replay moves on; a retry reports its current state.
-	mustExec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED', run_number = 3 WHERE id = $1`, first.Replay.JobID)
-	second := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED', run_number = 3 WHERE id = $1`, first.Replay.JobID)
+	second := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 
 	if second.Disposition != replay.DispositionExisting || second.Replay.JobID != first.Replay.JobID ||
 		second.Replay.Status != runledger.JobStatusSucceeded || second.Replay.RunNumber != 3 ||
 		second.SourceJobID != sourceID || second.SourceRunNumber != 1 {
 		t.Fatalf("retry %+v, first %+v", second, first)
 	}
-	if n := countRows(t, pool, "job_replays"); n != 1 {
+	if n := testdb.Count(t, pool, "job_replays"); n != 1 {
 		t.Fatalf("%d lineage rows", n)
 	}
-	if n := countRows(t, pool, "job_events"); n != 1 {
+	if n := testdb.Count(t, pool, "job_events"); n != 1 {
 		t.Fatalf("%d events", n)
 	}
 }
 
 func TestRetryFindsLineageEvenAfterTheSourceMovedOn(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	mustExec(t, pool, `UPDATE job_queue SET status = 'PENDING', run_number = 2 WHERE id = $1`, sourceID)
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING', run_number = 2 WHERE id = $1`, sourceID)
 
-	again := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	if again.Disposition != replay.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
 		t.Fatalf("retry after the source changed: %+v", again)
 	}
@@ -161,10 +161,10 @@ func TestRetryFindsLineageEvenAfterTheSourceMovedOn(t *testing.T) {
 
 func TestSameKeyWithAnotherReasonIsAConflict(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "R"})
 	e := wantCode(t, err, runledger.CodeReplayIdempotencyConflict)
@@ -172,21 +172,21 @@ func TestSameKeyWithAnotherReasonIsAConflict(t *testing.T) {
 		e.Message != "Job replay request conflicts with the existing replay key." {
 		t.Fatalf("conflict error %+v", e)
 	}
-	if n := countRows(t, pool, "job_replays"); n != 1 {
+	if n := testdb.Count(t, pool, "job_replays"); n != 1 {
 		t.Fatalf("%d lineage rows", n)
 	}
 }
 
 func TestSameKeyAtAnotherRunIsAnotherReplay(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	s := succeeded(runledger.Global())
-	s.run = 1
-	sourceID := seed(t, pool, s)
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
-	mustExec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
-	second := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 2, Key: "k", Reason: "r"}))
+	s := testdb.Succeeded(runledger.Global())
+	s.Run = 1
+	sourceID := testdb.Seed(t, pool, s)
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	testdb.Exec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
+	second := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 2, Key: "k", Reason: "r"}))
 	if second.Disposition != replay.DispositionInserted || second.Replay.JobID == first.Replay.JobID || second.SourceRunNumber != 2 {
 		t.Fatalf("second run's replay %+v", second)
 	}
@@ -194,26 +194,26 @@ func TestSameKeyAtAnotherRunIsAnotherReplay(t *testing.T) {
 
 func TestReplayCopiesTheExecutionResourceKey(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	s := succeeded(runledger.Global())
+	s := testdb.Succeeded(runledger.Global())
 	resource := "printer-7"
-	s.resourceKey = &resource
-	sourceID := seed(t, pool, s)
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
-	if key := scalar[*string](t, pool, `SELECT execution_resource_key FROM job_queue WHERE id = $1`, got.Replay.JobID); key == nil || *key != resource {
+	s.ResourceKey = &resource
+	sourceID := testdb.Seed(t, pool, s)
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	if key := testdb.Scalar[*string](t, pool, `SELECT execution_resource_key FROM job_queue WHERE id = $1`, got.Replay.JobID); key == nil || *key != resource {
 		t.Fatalf("replay resource key %v, want %q", key, resource)
 	}
 }
 
 func TestScopeIsExactAndMismatchesReportTheActualJob(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	org := uuid.New()
-	orgSource := seed(t, pool, succeeded(runledger.Organization(org)))
-	globalSource := seed(t, pool, succeeded(runledger.Global()))
-	before := scalar[string](t, pool, sourceSnapshot, orgSource)
+	orgSource := testdb.Seed(t, pool, testdb.Succeeded(runledger.Organization(org)))
+	globalSource := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	before := testdb.Scalar[string](t, pool, sourceSnapshot, orgSource)
 
 	cases := []struct {
 		name  string
@@ -249,25 +249,25 @@ func TestScopeIsExactAndMismatchesReportTheActualJob(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, kind, c.want)
 		}
 	}
-	if n := countRows(t, pool, "job_replays"); n != 0 {
+	if n := testdb.Count(t, pool, "job_replays"); n != 0 {
 		t.Fatalf("%d lineage rows after observations", n)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 2 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 2 {
 		t.Fatalf("%d jobs after observations", n)
 	}
-	if after := scalar[string](t, pool, sourceSnapshot, orgSource); after != before {
+	if after := testdb.Scalar[string](t, pool, sourceSnapshot, orgSource); after != before {
 		t.Fatal("an observation changed the source")
 	}
 }
 
 func TestNonSucceededSourceIsAMismatch(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	for _, status := range []string{"PENDING", "LEASED", "DEAD_LETTERED", "CANCELED"} {
-		s := succeeded(runledger.Global())
-		s.status = status
-		id := seed(t, pool, s)
+		s := testdb.Succeeded(runledger.Global())
+		s.Status = status
+		id := testdb.Seed(t, pool, s)
 		out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: id, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 		if err != nil {
 			t.Fatalf("%s: %v", status, err)
@@ -281,9 +281,9 @@ func TestNonSucceededSourceIsAMismatch(t *testing.T) {
 
 func TestWorkflowManagedSourceCannotBeReplayed(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	ownBySingleStepWorkflow(t, pool, sourceID)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
@@ -292,56 +292,56 @@ func TestWorkflowManagedSourceCannotBeReplayed(t *testing.T) {
 		e.Message != "Workflow-managed jobs cannot be requeued directly." {
 		t.Fatalf("workflow error %+v", e)
 	}
-	if n := countRows(t, pool, "job_replays"); n != 0 {
+	if n := testdb.Count(t, pool, "job_replays"); n != 0 {
 		t.Fatal("lineage written for a workflow-managed source")
 	}
 }
 
-func ownBySingleStepWorkflow(t *testing.T, q pgxQuerier, jobID uuid.UUID) {
+func ownBySingleStepWorkflow(t *testing.T, q testdb.Querier, jobID uuid.UUID) {
 	t.Helper()
 	run := uuid.New()
-	mustExec(t, q, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf')`, run)
-	mustExec(t, q, `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES ($1, 'only', $2)`, run, jobID)
+	testdb.Exec(t, q, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf')`, run)
+	testdb.Exec(t, q, `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES ($1, 'only', $2)`, run, jobID)
 }
 
 func TestDisabledOrMissingDefinitionRefusesTheReplayAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	mustExec(t, pool, `UPDATE job_definitions SET is_enabled = false WHERE job_type = 'email'`)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.Exec(t, pool, `UPDATE job_definitions SET is_enabled = false WHERE job_type = 'email'`)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 	if !errors.Is(err, runledger.ErrDefinitionNotFoundOrDisabled) {
 		t.Fatalf("err %v, want definition not found or disabled", err)
 	}
 	wantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
-	if n := countRows(t, pool, "job_queue"); n != 1 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs: the failed replay left a row", n)
 	}
-	if n := countRows(t, pool, "job_events") + countRows(t, pool, "job_replays"); n != 0 {
+	if n := testdb.Count(t, pool, "job_events") + testdb.Count(t, pool, "job_replays"); n != 0 {
 		t.Fatal("the failed replay left events or lineage")
 	}
 	// Enabled again, the same request goes through.
-	mustExec(t, pool, `UPDATE job_definitions SET is_enabled = true WHERE job_type = 'email'`)
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	testdb.Exec(t, pool, `UPDATE job_definitions SET is_enabled = true WHERE job_type = 'email'`)
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 }
 
 func TestRetentionKeepsLineageUntilTheSourceIsDeleted(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-	first := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	mustExec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED', stage = 'completed' WHERE id = $1`, first.Replay.JobID)
+	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED', stage = 'completed' WHERE id = $1`, first.Replay.JobID)
 
 	_, err := pool.Exec(ctx, `DELETE FROM job_queue WHERE id = $1`, first.Replay.JobID)
 	var pgErr interface{ SQLState() string }
 	if !errors.As(err, &pgErr) || pgErr.SQLState() != "23503" || !strings.Contains(err.Error(), "fk_job_replays_replay_job") {
 		t.Fatalf("deleting only the replay: %v, want 23503 on fk_job_replays_replay_job", err)
 	}
-	again := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	if again.Disposition != replay.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded {
 		t.Fatalf("retry %+v", again)
 	}
@@ -349,7 +349,7 @@ func TestRetentionKeepsLineageUntilTheSourceIsDeleted(t *testing.T) {
 	if err != nil || tag.RowsAffected() != 2 {
 		t.Fatalf("deleting both: %v, %d rows", err, tag.RowsAffected())
 	}
-	if n := countRows(t, pool, "job_replays"); n != 0 {
+	if n := testdb.Count(t, pool, "job_replays"); n != 0 {
 		t.Fatalf("%d lineage rows after the source was deleted", n)
 	}
 	// With the source gone the retry is NotFound.
@@ -361,10 +361,10 @@ func TestRetentionKeepsLineageUntilTheSourceIsDeleted(t *testing.T) {
 
 func TestConcurrentIdenticalRequestsResolveToOneReplay(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	const callers = 32
-	pool := poolWith(t, callers+2, nil) // every caller holds its own connection
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	pool := testdb.OpenPool(t, testdb.NewURL(t), callers+2, nil) // every caller holds its own connection
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -388,7 +388,7 @@ func TestConcurrentIdenticalRequestsResolveToOneReplay(t *testing.T) {
 	inserted := 0
 	for i := range results {
 		if errs[i] != nil {
-			t.Fatalf("caller %d: %v (%s)", i, errs[i], detail(errs[i]))
+			t.Fatalf("caller %d: %v (%s)", i, errs[i], testdb.Detail(errs[i]))
 		}
 		if results[i].Replay.JobID != results[0].Replay.JobID {
 			t.Fatalf("caller %d got replay %s, caller 0 got %s", i, results[i].Replay.JobID, results[0].Replay.JobID)
@@ -402,20 +402,20 @@ func TestConcurrentIdenticalRequestsResolveToOneReplay(t *testing.T) {
 	if inserted != 1 {
 		t.Fatalf("%d callers inserted, want exactly 1", inserted)
 	}
-	if n := countRows(t, pool, "job_replays"); n != 1 {
+	if n := testdb.Count(t, pool, "job_replays"); n != 1 {
 		t.Fatalf("%d lineage rows", n)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 2 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 2 {
 		t.Fatalf("%d jobs", n)
 	}
 }
 
 func TestConcurrentDistinctKeysEachCreateOneReplay(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	const callers = 32
-	pool := poolWith(t, callers+2, nil)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	pool := testdb.OpenPool(t, testdb.NewURL(t), callers+2, nil)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	ids := make([]uuid.UUID, callers)
@@ -445,7 +445,7 @@ func TestConcurrentDistinctKeysEachCreateOneReplay(t *testing.T) {
 	if len(seen) != callers {
 		t.Fatalf("%d distinct replays, want %d", len(seen), callers)
 	}
-	if n := scalar[int64](t, pool, `
+	if n := testdb.Scalar[int64](t, pool, `
 		SELECT count(*) FROM job_replays jr
 		WHERE (SELECT count(*) FROM job_events e WHERE e.job_id = jr.replay_job_id AND e.event_type = 'ENQUEUED') = 1
 		  AND (SELECT count(*) FROM job_events e WHERE e.job_id = jr.replay_job_id) = 1`); n != callers {
@@ -455,26 +455,26 @@ func TestConcurrentDistinctKeysEachCreateOneReplay(t *testing.T) {
 
 func TestCallerTransactionRolledBackLeavesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inTx := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
+	inTx := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 1 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs after rollback", n)
 	}
-	if n := countRows(t, pool, "job_events") + countRows(t, pool, "job_replays"); n != 0 {
+	if n := testdb.Count(t, pool, "job_events") + testdb.Count(t, pool, "job_replays"); n != 0 {
 		t.Fatalf("%d events and lineage rows after rollback", n)
 	}
-	again := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	if again.Disposition != replay.DispositionInserted || again.Replay.JobID == inTx.Replay.JobID {
 		t.Fatalf("after rollback the same key gave %+v (rolled back id %s)", again, inTx.Replay.JobID)
 	}
@@ -482,25 +482,25 @@ func TestCallerTransactionRolledBackLeavesNothing(t *testing.T) {
 
 func TestCallerTransactionCommitsWithTheCallersOwnWrites(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
-	mustExec(t, pool, `CREATE TABLE app_audit (replay_job_id uuid PRIMARY KEY, note text NOT NULL)`)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	testdb.Exec(t, pool, `CREATE TABLE app_audit (replay_job_id uuid PRIMARY KEY, note text NOT NULL)`)
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
-	mustExec(t, tx, `INSERT INTO app_audit VALUES ($1, 'replayed by support')`, got.Replay.JobID)
+	got := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
+	testdb.Exec(t, tx, `INSERT INTO app_audit VALUES ($1, 'replayed by support')`, got.Replay.JobID)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := scalar[int64](t, pool, `SELECT count(*) FROM app_audit a JOIN job_replays r USING (replay_job_id)`); n != 1 {
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM app_audit a JOIN job_replays r USING (replay_job_id)`); n != 1 {
 		t.Fatal("audit row and lineage did not commit together")
 	}
-	again := mustReplayed(t)(replay.SucceededJob(ctx, pool, req))
+	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 	if again.Disposition != replay.DispositionExisting || again.Replay.JobID != got.Replay.JobID {
 		t.Fatalf("pool retry %+v", again)
 	}
@@ -508,9 +508,9 @@ func TestCallerTransactionCommitsWithTheCallersOwnWrites(t *testing.T) {
 
 func TestCallerTransactionMustBeReadCommitted(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 		if err != nil {

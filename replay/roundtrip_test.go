@@ -114,24 +114,24 @@ func trips(c *tripCounter, fn func()) int {
 // costs one more round trip per batch to prepare it.
 func TestRoundTripsPerPath(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool, counter := countingPool(t)
 	org := uuid.New()
 
 	// The counter itself: one statement, one round trip (once connected).
-	mustExec(t, pool, `SELECT 1`)
-	if n := trips(counter, func() { mustExec(t, pool, `SELECT 1`) }); n != 1 {
+	testdb.Exec(t, pool, `SELECT 1`)
+	if n := trips(counter, func() { testdb.Exec(t, pool, `SELECT 1`) }); n != 1 {
 		t.Fatalf("SELECT 1 counted as %d round trips", n)
 	}
 
 	// Warm the connection's statement cache with one call per entry point.
-	warm := seed(t, pool, succeeded(runledger.Organization(org)))
+	warm := testdb.Seed(t, pool, testdb.Succeeded(runledger.Organization(org)))
 	cold := trips(counter, func() {
-		mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm", Reason: "r"}))
+		testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm", Reason: "r"}))
 	})
 	t.Logf("first owned replay on a fresh connection: %d round trips (statements being prepared)", cold)
 	inTx(t, ctx, pool, func(tx pgx.Tx) {
-		mustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm-tx", Reason: "r"}))
+		testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm-tx", Reason: "r"}))
 	})
 
 	type path struct {
@@ -140,9 +140,9 @@ func TestRoundTripsPerPath(t *testing.T) {
 		check     func(replay.Outcome, error) bool
 		owned, tx int
 	}
-	newSource := func() uuid.UUID { return seed(t, pool, succeeded(runledger.Organization(org))) }
+	newSource := func() uuid.UUID { return testdb.Seed(t, pool, testdb.Succeeded(runledger.Organization(org))) }
 	existingSource := newSource()
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"}))
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"}))
 	isInserted := func(o replay.Outcome, err error) bool {
 		r, ok := o.(replay.Replayed)
 		return err == nil && ok && r.Disposition == replay.DispositionInserted

@@ -70,7 +70,7 @@ func closedPool(t *testing.T) *pgxpool.Pool {
 
 func TestOwnedPathValidatesBeforeTakingAConnection(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := closedPool(t)
 	for _, c := range validationCases {
 		_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: c.key, Reason: c.reason})
@@ -87,7 +87,7 @@ func TestOwnedPathValidatesBeforeTakingAConnection(t *testing.T) {
 
 func TestCallerTransactionPathValidatesBeforeTouchingTheTransaction(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -110,32 +110,32 @@ func TestCallerTransactionPathValidatesBeforeTouchingTheTransaction(t *testing.T
 
 func TestLongestKeyIsAcceptedAndStored(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	key := strings.Repeat("é", 256)
 	out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: key, Reason: "r"})
 	if _, ok := out.(replay.NotFound); err != nil || !ok {
 		t.Fatalf("512-byte key on a missing source: %v %v", out, err)
 	}
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: key, Reason: " spaced\treason "}))
-	if stored := scalar[string](t, pool, `SELECT replay_request_key || '|' || reason FROM job_replays`); stored != key+"| spaced\treason " {
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: key, Reason: " spaced\treason "}))
+	if stored := testdb.Scalar[string](t, pool, `SELECT replay_request_key || '|' || reason FROM job_replays`); stored != key+"| spaced\treason " {
 		t.Fatalf("stored %q: key and reason must be stored untrimmed", stored)
 	}
 }
 
 func TestOwnedPathOverridesARepeatableReadSessionDefault(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	// One connection whose session default is REPEATABLE READ.
-	pool := poolWith(t, 1, map[string]string{"default_transaction_isolation": "repeatable read"})
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	pool := testdb.OpenPool(t, testdb.NewURL(t), 1, map[string]string{"default_transaction_isolation": "repeatable read"})
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 
 	out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 	if _, ok := out.(replay.NotFound); err != nil || !ok {
 		t.Fatalf("owned path on a repeatable-read session: %v %v", out, err)
 	}
-	mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 
 	tx, err := pool.Begin(ctx) // inherits the session default
 	if err != nil {
@@ -152,22 +152,22 @@ func TestOwnedPathOverridesARepeatableReadSessionDefault(t *testing.T) {
 
 func TestOwnedPathRollsBackOnErrorAndCommitsOutcomes(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	sourceID := seed(t, pool, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	// An outcome commits: the replay is visible to another connection.
-	got := mustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
-	if n := scalar[int64](t, pool, `SELECT count(*) FROM job_queue WHERE id = $1`, got.Replay.JobID); n != 1 {
+	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_queue WHERE id = $1`, got.Replay.JobID); n != 1 {
 		t.Fatal("inserted replay not committed")
 	}
 	// An error after writing rolls back: a replay that the lineage insert
 	// refuses (a CHECK this test adds) leaves no job behind.
-	mustExec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_no_second CHECK (replay_request_key <> 'refused')`)
+	testdb.Exec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_no_second CHECK (replay_request_key <> 'refused')`)
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
 	if e := wantCode(t, err, runledger.CodeBusinessRuleViolation); e.Constraint != "test_no_second" || e.SQLState != "23514" {
 		t.Fatalf("%+v", e)
 	}
-	if n := countRows(t, pool, "job_queue"); n != 2 {
+	if n := testdb.Count(t, pool, "job_queue"); n != 2 {
 		t.Fatalf("%d jobs: the refused replay was not rolled back", n)
 	}
 }
