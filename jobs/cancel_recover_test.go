@@ -6,13 +6,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
 func TestCancelPendingJob(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	c, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: runledger.Global(), JobID: j.ID, Reason: "not needed"})
 	if err != nil {
 		t.Fatal(err)
@@ -24,11 +25,11 @@ func TestCancelPendingJob(t *testing.T) {
 	if typ != "CANCELED" || attempt != nil || payload["reason"] != "not needed" {
 		t.Fatalf("event = %s attempt %v payload %v, want CANCELED without attempt, with the reason", typ, attempt, payload)
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
 		t.Fatalf("claimed a canceled job")
 	}
 	// A blank reason stores NULL.
-	j2 := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	j2 := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	c2, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: j2.ID, Reason: "  "})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestCancelPendingJob(t *testing.T) {
 func TestCancelLeasedJobEndsTheWorkersLease(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
 	c, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: l.ID, Reason: "operator"})
 	if err != nil {
 		t.Fatal(err)
@@ -53,26 +54,26 @@ func TestCancelLeasedJobEndsTheWorkersLease(t *testing.T) {
 	if attempt == nil || *attempt != 1 {
 		t.Fatalf("CANCELED event attempt = %v, want the leased attempt 1", attempt)
 	}
-	_, err = jobs.Complete(ctx, pool, completeReq(l))
+	_, err = jobs.Complete(ctx, pool, testdb.CompleteRequest(l))
 	wantCode(t, err, runledger.ErrLeaseMismatch)
 }
 
 func TestCancelFinishedJobIsNotCancelable(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
-	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
+	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
-	canceled := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	canceled := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: canceled.ID}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []uuid.UUID{l.ID, canceled.ID} {
-		before := count(t, ctx, pool, `SELECT count(*) FROM job_events`)
+		before := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`)
 		_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: id, Reason: "again"})
 		wantCode(t, err, runledger.ErrNotCancelable)
-		if after := count(t, ctx, pool, `SELECT count(*) FROM job_events`); after != before {
+		if after := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); after != before {
 			t.Fatalf("refused cancel wrote %d events", after-before)
 		}
 	}
@@ -89,8 +90,8 @@ func TestCancelOutsideScopeIsNotFound(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	org := uuid.New()
-	orgJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
-	globalJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	orgJob := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
+	globalJob := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	cases := []jobs.CancelRequest{
 		{Scope: runledger.Global(), JobID: orgJob.ID},
 		{Scope: runledger.Organization(uuid.New()), JobID: orgJob.ID},
@@ -102,7 +103,7 @@ func TestCancelOutsideScopeIsNotFound(t *testing.T) {
 		_, err := jobs.Cancel(ctx, pool, req)
 		wantCode(t, err, runledger.ErrJobNotFound)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE status <> 'PENDING'`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue WHERE status <> 'PENDING'`); n != 0 {
 		t.Fatalf("%d jobs changed by out-of-scope cancels", n)
 	}
 	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: runledger.Organization(org), JobID: orgJob.ID}); err != nil {
@@ -113,24 +114,24 @@ func TestCancelOutsideScopeIsNotFound(t *testing.T) {
 func TestCancelLeasedJobKeepsResourceUntilLeaseWouldEnd(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "db-main"})
-	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "db-main"})
+	first := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "db-main"})
+	second := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "db-main"})
 	claimOnly(t, ctx, pool, first.ID)
 	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: first.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE job_id = $1 AND release_after IS NOT NULL`, first.ID); n != 1 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE job_id = $1 AND release_after IS NOT NULL`, first.ID); n != 1 {
 		t.Fatal("the canceled job's claim was not kept with a delayed release")
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
-		t.Fatalf("claimed %v while the canceled lease could still be running", ids(got))
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v while the canceled lease could still be running", testdb.IDs(got))
 	}
 	// Once the release is due, recovery purges it and the key is free.
-	exec(t, ctx, pool, `UPDATE job_execution_resource_claims SET release_after = now() - interval '1 second'`)
+	testdb.Exec(t, pool, `UPDATE job_execution_resource_claims SET release_after = now() - interval '1 second'`)
 	if _, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
 		t.Fatalf("%d claims left after the purge", n)
 	}
 	claimOnly(t, ctx, pool, second.ID)
@@ -139,22 +140,22 @@ func TestCancelLeasedJobKeepsResourceUntilLeaseWouldEnd(t *testing.T) {
 func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(3), ExecutionResourceKey: "r"})
-	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(3), ExecutionResourceKey: "r"})
-	live := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1)})
-	got := claim(t, ctx, pool, jobs.ClaimRequest{})
-	if !sameIDs(ids(got), []uuid.UUID{first.ID, live.ID}) {
-		t.Fatalf("claimed %v, want %s (holding key r) and %s", ids(got), first.ID, live.ID)
+	first := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](3), ExecutionResourceKey: "r"})
+	second := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](3), ExecutionResourceKey: "r"})
+	live := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](1)})
+	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{})
+	if !sameIDs(testdb.IDs(got), []uuid.UUID{first.ID, live.ID}) {
+		t.Fatalf("claimed %v, want %s (holding key r) and %s", testdb.IDs(got), first.ID, live.ID)
 	}
 	l := got[0]
-	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, first.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, first.ID)
 
 	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rec) != 1 || rec[0].ID != first.ID {
-		t.Fatalf("recovered %v, want only the expired %s (not the live lease)", ids(rec), first.ID)
+		t.Fatalf("recovered %v, want only the expired %s (not the live lease)", testdb.IDs(rec), first.ID)
 	}
 	r := rec[0]
 	switch {
@@ -169,11 +170,11 @@ func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 	if typ != "RETRY_SCHEDULED" || attempt == nil || *attempt != 1 || payload["failure_kind"] != "LEASE_EXPIRED" {
 		t.Fatalf("event = %s attempt %v payload %v", typ, attempt, payload)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
 		t.Fatalf("%d resource claims left after recovery, want the key released", n)
 	}
 	// The worker that lost the lease can no longer complete it.
-	_, err = jobs.Complete(ctx, pool, completeReq(l))
+	_, err = jobs.Complete(ctx, pool, testdb.CompleteRequest(l))
 	wantCode(t, err, runledger.ErrLeaseMismatch)
 	// The key is free: the second job on it, due since it was enqueued
 	// (before the recovered job became due again), takes it.
@@ -183,9 +184,9 @@ func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 func TestRecoverExpiredLeaseDeadLettersWhenAttemptsSpent(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(1)})
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](1)})
 	claimOnly(t, ctx, pool, j.ID)
-	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, j.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, j.ID)
 	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -198,24 +199,24 @@ func TestRecoverExpiredLeaseDeadLettersWhenAttemptsSpent(t *testing.T) {
 		t.Fatalf("event = %s %v", typ, payload)
 	}
 	if rec2, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec2) != 0 {
-		t.Fatalf("second recovery = %v, %v; want nothing", ids(rec2), err)
+		t.Fatalf("second recovery = %v, %v; want nothing", testdb.IDs(rec2), err)
 	}
 }
 
 func TestRecoverExpiredLeasesRespectsLimitOldestFirst(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	a := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
-	b := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
-	claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2})
-	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 minute' WHERE id = $1`, b.ID)
-	exec(t, ctx, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, a.ID)
+	a := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	b := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2})
+	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 minute' WHERE id = $1`, b.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, a.ID)
 	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rec) != 1 || rec[0].ID != b.ID {
-		t.Fatalf("recovered %v with limit 1, want the oldest expiry %s", ids(rec), b.ID)
+		t.Fatalf("recovered %v with limit 1, want the oldest expiry %s", testdb.IDs(rec), b.ID)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -227,6 +228,6 @@ func TestRecoverExpiredLeasesRespectsLimitOldestFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rec) != 1 || rec[0].ID != a.ID {
-		t.Fatalf("recovered %v in the caller's transaction, want %s", ids(rec), a.ID)
+		t.Fatalf("recovered %v in the caller's transaction, want %s", testdb.IDs(rec), a.ID)
 	}
 }

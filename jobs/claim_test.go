@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -16,43 +17,43 @@ func TestClaimOrderIsPriorityThenDueTimeThenAge(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	now := time.Now()
-	low := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1), RunAt: ptr(now.Add(-time.Hour))})
-	laterDue := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(10), RunAt: ptr(now.Add(-time.Minute))})
-	older := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(10), RunAt: ptr(now.Add(-2 * time.Minute))})
-	younger := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(10), RunAt: ptr(now.Add(-2 * time.Minute))})
+	low := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](1), RunAt: testdb.Ptr(now.Add(-time.Hour))})
+	laterDue := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](10), RunAt: testdb.Ptr(now.Add(-time.Minute))})
+	older := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](10), RunAt: testdb.Ptr(now.Add(-2 * time.Minute))})
+	younger := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](10), RunAt: testdb.Ptr(now.Add(-2 * time.Minute))})
 
-	first := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+	first := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
 	if len(first) != 1 || first[0].ID != older.ID {
-		t.Fatalf("first claim = %v, want the older of the earliest-due high-priority jobs %s", ids(first), older.ID)
+		t.Fatalf("first claim = %v, want the older of the earliest-due high-priority jobs %s", testdb.IDs(first), older.ID)
 	}
-	rest := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	rest := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
 	want := []uuid.UUID{younger.ID, laterDue.ID, low.ID}
-	if !sameIDs(ids(rest), want) {
-		t.Fatalf("rest claimed in order %v, want %v", ids(rest), want)
+	if !sameIDs(testdb.IDs(rest), want) {
+		t.Fatalf("rest claimed in order %v, want %v", testdb.IDs(rest), want)
 	}
 }
 
 func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	held := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(50)})
-	free := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1)})
+	held := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](50)})
+	free := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](1)})
 
 	holder, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = holder.Rollback(ctx) }()
-	exec(t, ctx, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, held.ID)
+	testdb.Exec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, held.ID)
 	if !rowLockedAgainst(t, ctx, pool, "job_queue", "id = $1", held.ID, "UPDATE") {
 		t.Fatal("precondition: the holder's row lock is not visible to another connection")
 	}
 
 	// Were the claim to wait for the held row, it would block until the
 	// test's deadline; SKIP LOCKED returns at once without it.
-	got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
-	if !sameIDs(ids(got), []uuid.UUID{free.ID}) {
-		t.Fatalf("claimed %v while %s was locked, want only %s", ids(got), held.ID, free.ID)
+	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	if !sameIDs(testdb.IDs(got), []uuid.UUID{free.ID}) {
+		t.Fatalf("claimed %v while %s was locked, want only %s", testdb.IDs(got), held.ID, free.ID)
 	}
 
 	if err := holder.Rollback(ctx); err != nil {
@@ -64,28 +65,28 @@ func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
 func TestClaimLeavesJobsNotYetDue(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	future := enqueue(t, ctx, pool, jobs.EnqueueRequest{RunAt: ptr(time.Now().Add(time.Hour))})
+	future := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{RunAt: testdb.Ptr(time.Now().Add(time.Hour))})
 	if future.Stage != runledger.JobStageScheduled {
 		t.Fatalf("future job stage = %s, want scheduled", future.Stage)
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
-		t.Fatalf("claimed %v, want nothing (the only job is due in an hour)", ids(got))
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v, want nothing (the only job is due in an hour)", testdb.IDs(got))
 	}
-	exec(t, ctx, pool, `UPDATE job_queue SET next_run_at = now() - interval '1 second' WHERE id = $1`, future.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET next_run_at = now() - interval '1 second' WHERE id = $1`, future.ID)
 	claimOnly(t, ctx, pool, future.ID)
 }
 
 func TestClaimFiltersByJobTypes(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "push"})
-	email := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "email"})
-	sms := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "sms"})
-	push := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "push"})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "push"})
+	email := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "email"})
+	sms := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "sms"})
+	push := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "push"})
 
-	got := claim(t, ctx, pool, jobs.ClaimRequest{JobTypes: []string{"sms", "push"}})
-	gotIDs := ids(got)
+	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{JobTypes: []string{"sms", "push"}})
+	gotIDs := testdb.IDs(got)
 	sort.Slice(gotIDs, func(i, j int) bool { return gotIDs[i].String() < gotIDs[j].String() })
 	want := []uuid.UUID{sms.ID, push.ID}
 	sort.Slice(want, func(i, j int) bool { return want[i].String() < want[j].String() })
@@ -100,15 +101,15 @@ func TestClaimLimitsBatch(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	for i := 0; i < 5; i++ {
-		enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+		testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2}); len(got) != 2 {
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2}); len(got) != 2 {
 		t.Fatalf("claimed %d jobs with limit 2", len(got))
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 3 {
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 3 {
 		t.Fatalf("claimed %d jobs after the first batch, want the 3 left", len(got))
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); got == nil || len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); got == nil || len(got) != 0 {
 		t.Fatalf("claim of an empty queue = %#v, want an empty non-nil slice", got)
 	}
 }
@@ -116,9 +117,9 @@ func TestClaimLimitsBatch(t *testing.T) {
 func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	before := time.Now()
-	got := claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: "w-7", Lease: 45 * time.Second})
+	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: "w-7", Lease: 45 * time.Second})
 	if len(got) != 1 {
 		t.Fatalf("claimed %d jobs", len(got))
 	}
@@ -144,12 +145,12 @@ func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
 	if typ != "LEASED" || attempt == nil || *attempt != 1 || payload["worker_id"] != "w-7" {
 		t.Fatalf("last event = %s attempt %v payload %v, want LEASED attempt 1 by w-7", typ, attempt, payload)
 	}
-	if ev := eventTypes(t, ctx, pool, j.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
+	if ev := testdb.EventTypes(t, pool, j.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
 		t.Fatalf("events = %v", ev)
 	}
 
 	// A second claim and a retry after a failure count the attempt up.
-	if _, err := jobs.Fail(ctx, pool, jobs.FailRequest{JobID: l.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-7", RetryDelay: ptr(time.Duration(0))}); err != nil {
+	if _, err := jobs.Fail(ctx, pool, jobs.FailRequest{JobID: l.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-7", RetryDelay: testdb.Ptr(time.Duration(0))}); err != nil {
 		t.Fatal(err)
 	}
 	again := claimOnly(t, ctx, pool, j.ID)
@@ -161,27 +162,27 @@ func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
 func TestClaimHoldsOneLeasePerExecutionResource(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
-	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
-	unrelated := enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: i32(1)})
+	first := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
+	second := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
+	unrelated := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](1)})
 
 	// Both keyed jobs are candidates of one batch; only the first in claim
 	// order takes the key.
-	got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
-	if !sameIDs(ids(got), []uuid.UUID{first.ID, unrelated.ID}) {
-		t.Fatalf("first claim = %v, want %s (holds printer-1) and the unkeyed %s", ids(got), first.ID, unrelated.ID)
+	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	if !sameIDs(testdb.IDs(got), []uuid.UUID{first.ID, unrelated.ID}) {
+		t.Fatalf("first claim = %v, want %s (holds printer-1) and the unkeyed %s", testdb.IDs(got), first.ID, unrelated.ID)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE resource_key = 'printer-1' AND job_id = $1 AND attempt = 1`, first.ID); n != 1 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE resource_key = 'printer-1' AND job_id = $1 AND attempt = 1`, first.ID); n != 1 {
 		t.Fatalf("claim rows for the first job = %d, want 1", n)
 	}
 	// While the first is leased, the second is not claimable.
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 0 {
-		t.Fatalf("claimed %v while printer-1 was held", ids(got))
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 0 {
+		t.Fatalf("claimed %v while printer-1 was held", testdb.IDs(got))
 	}
-	if _, err := jobs.Complete(ctx, pool, completeReq(got[0])); err != nil {
+	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(got[0])); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
 		t.Fatalf("claim rows after completion = %d, want 0", n)
 	}
 	claimOnly(t, ctx, pool, second.ID)
@@ -192,7 +193,7 @@ func TestConcurrentClaimsNeverLeaseAJobTwice(t *testing.T) {
 	ctx, pool := setup(t)
 	const total = 60
 	for i := 0; i < total; i++ {
-		enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+		testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	}
 	var (
 		mu     sync.Mutex
@@ -234,7 +235,7 @@ func TestConcurrentClaimsNeverLeaseAJobTwice(t *testing.T) {
 			t.Fatalf("job %s leased %d times", id, n)
 		}
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_events WHERE event_type = 'LEASED'`); n != total {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events WHERE event_type = 'LEASED'`); n != total {
 		t.Fatalf("LEASED events = %d, want %d", n, total)
 	}
 }
@@ -242,8 +243,8 @@ func TestConcurrentClaimsNeverLeaseAJobTwice(t *testing.T) {
 func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	first := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
-	second := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
+	first := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
+	second := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -252,7 +253,7 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	mine, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "w1", Limit: 1, Lease: time.Minute})
 	if err != nil || len(mine) != 1 || mine[0].ID != first.ID {
-		t.Fatalf("ClaimTx = %v, %v; want %s", ids(mine), err, first.ID)
+		t.Fatalf("ClaimTx = %v, %v; want %s", testdb.IDs(mine), err, first.ID)
 	}
 
 	type result struct {
@@ -276,9 +277,9 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	if len(r.got) != 0 {
-		t.Fatalf("second claimer leased %v while %s held key k", ids(r.got), first.ID)
+		t.Fatalf("second claimer leased %v while %s held key k", testdb.IDs(r.got), first.ID)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE status = 'LEASED'`); n != 1 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue WHERE status = 'LEASED'`); n != 1 {
 		t.Fatalf("%d leased jobs share key k", n)
 	}
 	if j, err := jobs.Get(ctx, pool, runledger.Global(), second.ID); err != nil || j.Status != runledger.JobStatusPending || j.Attempt != 0 {
@@ -289,18 +290,18 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 func TestClaimTxLeasesNothingWhenCallerRollsBack(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "k"})
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(got) != 1 {
-		t.Fatalf("ClaimTx = %v, %v", ids(got), err)
+		t.Fatalf("ClaimTx = %v, %v", testdb.IDs(got), err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, ctx, pool, `SELECT (SELECT count(*) FROM job_execution_resource_claims) + (SELECT count(*) FROM job_events WHERE event_type = 'LEASED')`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM job_execution_resource_claims) + (SELECT count(*) FROM job_events WHERE event_type = 'LEASED')`); n != 0 {
 		t.Fatalf("%d claim rows or LEASED events after rollback", n)
 	}
 	claimOnly(t, ctx, pool, j.ID)

@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -13,15 +14,15 @@ import (
 func TestUpsertDefinitionDefaultsKeepsNilSettingsAndVersions(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	d := define(t, ctx, pool, jobs.DefinitionInput{JobType: "report"})
+	d := testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "report"})
 	if d.Version != 1 || d.MaxAttempts != 8 || d.DefaultTimeoutSeconds != 900 || d.DefaultPriority != 100 || !d.Enabled {
 		t.Fatalf("new definition = %+v, want version 1 with defaults 8/900/100/enabled", d)
 	}
-	same := define(t, ctx, pool, jobs.DefinitionInput{JobType: "report", MaxAttempts: i32(8)})
+	same := testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "report", MaxAttempts: testdb.Ptr[int32](8)})
 	if same.Version != 1 {
 		t.Fatalf("version after an upsert that changed nothing = %d, want 1", same.Version)
 	}
-	changed := define(t, ctx, pool, jobs.DefinitionInput{JobType: "report", Priority: i32(5), Enabled: ptr(false)})
+	changed := testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "report", Priority: testdb.Ptr[int32](5), Enabled: testdb.Ptr(false)})
 	if changed.Version != 2 || changed.DefaultPriority != 5 || changed.Enabled || changed.MaxAttempts != 8 || changed.DefaultTimeoutSeconds != 900 {
 		t.Fatalf("changed definition = %+v, want version 2, priority 5, disabled, the rest kept", changed)
 	}
@@ -29,7 +30,7 @@ func TestUpsertDefinitionDefaultsKeepsNilSettingsAndVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.UpsertDefinitionTx(ctx, tx, jobs.DefinitionInput{JobType: "report", MaxAttempts: i32(2)}); err != nil {
+	if _, err := jobs.UpsertDefinitionTx(ctx, tx, jobs.DefinitionInput{JobType: "report", MaxAttempts: testdb.Ptr[int32](2)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -46,7 +47,7 @@ func TestGetDefinitionMissingAndListDefinitions(t *testing.T) {
 	ctx, pool := setup(t)
 	_, err := jobs.GetDefinition(ctx, pool, "nope")
 	wantCode(t, err, runledger.ErrDefinitionMissing)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "alpha", Enabled: ptr(false)})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "alpha", Enabled: testdb.Ptr(false)})
 	list, err := jobs.ListDefinitions(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
@@ -75,20 +76,20 @@ func TestEnqueueWorkflowStepOwnsTheJob(t *testing.T) {
 	if err != nil || step == nil || *step != res.WorkflowStepID {
 		t.Fatalf("WorkflowStepFor = %v, %v; want %s", step, err, res.WorkflowStepID)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM workflow_runs r JOIN workflow_steps s ON s.workflow_run_id = r.id
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM workflow_runs r JOIN workflow_steps s ON s.workflow_run_id = r.id
 		WHERE r.id = $1 AND r.organization_id = $2 AND r.workflow_type = 'onboarding'
 		  AND s.step_key = 'welcome-email' AND s.execution_kind = 'JOB' AND s.job_id = $3`,
 		res.WorkflowRunID, org, res.Job.ID); n != 1 {
 		t.Fatal("workflow run and step rows not as expected")
 	}
-	direct := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	direct := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
 	if step, err := jobs.WorkflowStepFor(ctx, pool, direct.ID); err != nil || step != nil {
 		t.Fatalf("WorkflowStepFor(direct job) = %v, %v; want nil", step, err)
 	}
 
 	// A succeeded step job is workflow-managed: replay refuses it.
-	l := leaseJob(t, ctx, pool, res.Job.ID)
-	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+	l := testdb.LeaseJob(t, ctx, pool, res.Job.ID)
+	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = replay.SucceededJob(ctx, pool, replay.Request{Scope: scope, SourceJobID: l.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
@@ -102,7 +103,7 @@ func TestEnqueueWorkflowStepWritesNothingWhenDefinitionMissing(t *testing.T) {
 		WorkflowType: "w", StepKey: "s", Job: jobs.EnqueueRequest{JobType: "missing"},
 	})
 	wantCode(t, err, runledger.ErrDefinitionNotFoundOrDisabled)
-	if n := count(t, ctx, pool, `SELECT (SELECT count(*) FROM workflow_runs) + (SELECT count(*) FROM workflow_steps) + (SELECT count(*) FROM job_queue)`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM workflow_runs) + (SELECT count(*) FROM workflow_steps) + (SELECT count(*) FROM job_queue)`); n != 0 {
 		t.Fatalf("%d rows written", n)
 	}
 }

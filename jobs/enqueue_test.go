@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -18,7 +19,7 @@ func TestEnqueueWritesPendingJobAndEnqueuedEvent(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	org := uuid.New()
-	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{
 		Scope:   runledger.Organization(org),
 		Payload: json.RawMessage(`{"to": "a@example.com"}`),
 	})
@@ -42,12 +43,12 @@ func TestEnqueueWritesPendingJobAndEnqueuedEvent(t *testing.T) {
 	if typ != "ENQUEUED" || attempt != nil || len(payload) != 1 || payload["job_type"] != "email" {
 		t.Fatalf("event = %s attempt %v payload %v, want ENQUEUED {job_type: email}", typ, attempt, payload)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE id = $1 AND enqueue_request IS NULL`, j.ID); n != 1 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue WHERE id = $1 AND enqueue_request IS NULL`, j.ID); n != 1 {
 		t.Fatal("an unkeyed job stored a request snapshot")
 	}
 
 	// A nil payload is stored as {}.
-	empty := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	empty := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	if string(empty.Payload) != `{}` {
 		t.Fatalf("nil payload stored as %s, want {}", empty.Payload)
 	}
@@ -56,12 +57,12 @@ func TestEnqueueWritesPendingJobAndEnqueuedEvent(t *testing.T) {
 func TestEnqueueAppliesDefinitionDefaults(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "report", MaxAttempts: i32(5), TimeoutSeconds: i32(60), Priority: i32(7)})
-	d := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "report"})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "report", MaxAttempts: testdb.Ptr[int32](5), TimeoutSeconds: testdb.Ptr[int32](60), Priority: testdb.Ptr[int32](7)})
+	d := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "report"})
 	if d.MaxAttempts != 5 || d.TimeoutSeconds != 60 || d.Priority != 7 {
 		t.Fatalf("defaults applied = %d/%d/%d, want 5/60/7", d.MaxAttempts, d.TimeoutSeconds, d.Priority)
 	}
-	o := enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "report", MaxAttempts: i32(2), TimeoutSeconds: i32(30), Priority: i32(-3)})
+	o := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "report", MaxAttempts: testdb.Ptr[int32](2), TimeoutSeconds: testdb.Ptr[int32](30), Priority: testdb.Ptr[int32](-3)})
 	if o.MaxAttempts != 2 || o.TimeoutSeconds != 30 || o.Priority != -3 {
 		t.Fatalf("overrides applied = %d/%d/%d, want 2/30/-3", o.MaxAttempts, o.TimeoutSeconds, o.Priority)
 	}
@@ -70,14 +71,14 @@ func TestEnqueueAppliesDefinitionDefaults(t *testing.T) {
 func TestEnqueueMissingOrDisabledDefinitionWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "off", Enabled: ptr(false)})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "off", Enabled: testdb.Ptr(false)})
 	for _, typ := range []string{"nope", "off"} {
 		for _, key := range []string{"", "k1"} {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: typ, IdempotencyKey: key})
 			wantCode(t, err, runledger.ErrDefinitionNotFoundOrDisabled)
 		}
 	}
-	if n := count(t, ctx, pool, `SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_events)`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_events)`); n != 0 {
 		t.Fatalf("%d rows written by refused enqueues", n)
 	}
 }
@@ -87,7 +88,7 @@ func TestEnqueueKeyedSameRequestReturnsExisting(t *testing.T) {
 	ctx, pool := setup(t)
 	runAt := time.Now().Add(-time.Minute)
 	req := jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "order-42", Payload: json.RawMessage(`{"a":1,"b":[1,2]}`),
-		Priority: i32(3), RunAt: &runAt, ExecutionResourceKey: "acct-9"}
+		Priority: testdb.Ptr[int32](3), RunAt: &runAt, ExecutionResourceKey: "acct-9"}
 	first, err := jobs.Enqueue(ctx, pool, req)
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +112,10 @@ func TestEnqueueKeyedSameRequestReturnsExisting(t *testing.T) {
 	if again.Job.Status != runledger.JobStatusLeased || again.Job.Attempt != l.Attempt {
 		t.Fatalf("existing job = %s attempt %d, want its current LEASED state", again.Job.Status, again.Job.Attempt)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue`); n != 1 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue`); n != 1 {
 		t.Fatalf("%d jobs, want 1", n)
 	}
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_events WHERE event_type = 'ENQUEUED'`); n != 1 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events WHERE event_type = 'ENQUEUED'`); n != 1 {
 		t.Fatalf("%d ENQUEUED events, want 1", n)
 	}
 }
@@ -123,12 +124,12 @@ func TestEnqueueKeyedDifferentRequestConflicts(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	base := jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":1}`)}
-	enqueue(t, ctx, pool, base)
+	testdb.Enqueue(t, ctx, pool, base)
 	variants := map[string]func(*jobs.EnqueueRequest){
 		"payload":          func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"n":2}`) },
-		"explicit default": func(r *jobs.EnqueueRequest) { r.Priority = i32(100) },
-		"max attempts":     func(r *jobs.EnqueueRequest) { r.MaxAttempts = i32(8) },
-		"run at":           func(r *jobs.EnqueueRequest) { r.RunAt = ptr(time.Now()) },
+		"explicit default": func(r *jobs.EnqueueRequest) { r.Priority = testdb.Ptr[int32](100) },
+		"max attempts":     func(r *jobs.EnqueueRequest) { r.MaxAttempts = testdb.Ptr[int32](8) },
+		"run at":           func(r *jobs.EnqueueRequest) { r.RunAt = testdb.Ptr(time.Now()) },
 		"resource key":     func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = "x" },
 	}
 	for name, change := range variants {
@@ -139,7 +140,7 @@ func TestEnqueueKeyedDifferentRequestConflicts(t *testing.T) {
 			t.Errorf("%s changed: err = %v, want %s", name, err, runledger.CodeIdempotencyConflict)
 		}
 	}
-	if n := count(t, ctx, pool, `SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_events)`); n != 2 {
+	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_events)`); n != 2 {
 		t.Fatalf("rows = %d, want the one job and its one event", n)
 	}
 }
@@ -152,7 +153,7 @@ func isConflict(err error) bool {
 func TestEnqueueKeyedScopesKeepSeparateJobs(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
 	orgA, orgB := uuid.New(), uuid.New()
 	reqs := []jobs.EnqueueRequest{
 		{Scope: runledger.Global(), IdempotencyKey: "same"},
@@ -162,7 +163,7 @@ func TestEnqueueKeyedScopesKeepSeparateJobs(t *testing.T) {
 	}
 	seen := map[uuid.UUID]bool{}
 	for i, req := range reqs {
-		j := enqueue(t, ctx, pool, req)
+		j := testdb.Enqueue(t, ctx, pool, req)
 		if seen[j.ID] {
 			t.Fatalf("request %d got an earlier job", i)
 		}
@@ -333,7 +334,7 @@ func TestEnqueueKeyedExistingLocksJobForNoKeyUpdate(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	req := jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "held"}
-	j := enqueue(t, ctx, pool, req)
+	j := testdb.Enqueue(t, ctx, pool, req)
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -354,8 +355,8 @@ func TestEnqueueKeyedExistingLocksJobForNoKeyUpdate(t *testing.T) {
 		t.Fatal("existing job is locked against KEY SHARE: stronger than FOR NO KEY UPDATE")
 	}
 	// Claims pass it by while the transaction lasts.
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
-		t.Fatalf("claimed %v while the keyed retry held it", ids(got))
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v while the keyed retry held it", testdb.IDs(got))
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -384,7 +385,7 @@ func TestEnqueueHoldsDefinitionForShare(t *testing.T) {
 	// A definition change waits for the enqueuing transaction.
 	changed := make(chan error, 1)
 	go func() {
-		_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "email", Priority: i32(1)})
+		_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "email", Priority: testdb.Ptr[int32](1)})
 		changed <- err
 	}()
 	waitForBlockedBackend(t, ctx, pool)
@@ -401,7 +402,7 @@ func TestEnqueueStoresEscapedJSON(t *testing.T) {
 	ctx, pool := setup(t)
 	// A surrogate pair, other escapes and a non-object value are storable.
 	for _, payload := range []string{`{"s":"\ud83d\ude00 \n \\u0000 \u00e9"}`, `[1,2,3]`, `"text"`, `null`} {
-		j := enqueue(t, ctx, pool, jobs.EnqueueRequest{Payload: json.RawMessage(payload)})
+		j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Payload: json.RawMessage(payload)})
 		var got, want any
 		if err := json.Unmarshal(j.Payload, &got); err != nil {
 			t.Fatal(err)
@@ -426,7 +427,7 @@ func TestEnqueueCanceledContextWritesNothing(t *testing.T) {
 	if err == nil || runledger.CategoryOf(err) != runledger.CategoryTransient {
 		t.Fatalf("err = %v, want a transient error", err)
 	}
-	if n := count(t, testCtx(t), pool, `SELECT count(*) FROM job_queue`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue`); n != 0 {
 		t.Fatalf("%d jobs written", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -35,7 +36,7 @@ func Example() {
 
 // exampleFlow is the body of Example, shared with TestExampleFlow.
 func exampleFlow(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
-	if _, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "send_invoice", MaxAttempts: ptr(int32(3))}); err != nil {
+	if _, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "send_invoice", MaxAttempts: testdb.Ptr(int32(3))}); err != nil {
 		return err
 	}
 

@@ -1,45 +1,24 @@
 package jobs_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
-
-// leased enqueues one job (with the given request fields) and claims it.
-func leased(t *testing.T, ctx context.Context, pool *pgxpool.Pool, req jobs.EnqueueRequest) runledger.Job {
-	t.Helper()
-	j := enqueue(t, ctx, pool, req)
-	return leaseJob(t, ctx, pool, j.ID)
-}
-
-// leaseJob claims exactly the given pending job, whatever else is due: it
-// raises the job's priority above every other with test SQL and claims
-// one job.
-func leaseJob(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) runledger.Job {
-	t.Helper()
-	exec(t, ctx, pool, `UPDATE job_queue SET priority = 2147483647 WHERE id = $1`, id)
-	got := claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
-	if len(got) != 1 || got[0].ID != id {
-		t.Fatalf("claimed %v, want %s", ids(got), id)
-	}
-	return got[0]
-}
 
 func TestCompleteStoresOutputProgressAndSucceededEvent(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
-	req := completeReq(l)
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
+	req := testdb.CompleteRequest(l)
 	req.Output = json.RawMessage(`{"sent": 3,  "ids": ["a","b","c"]}`)
-	req.ProgressDone, req.ProgressTotal = i64(3), i64(4)
+	req.ProgressDone, req.ProgressTotal = testdb.Ptr[int64](3), testdb.Ptr[int64](4)
 	done, err := jobs.Complete(ctx, pool, req)
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +50,8 @@ func TestCompleteStoresOutputProgressAndSucceededEvent(t *testing.T) {
 	}
 
 	// Without output the column stays NULL.
-	l2 := leased(t, ctx, pool, jobs.EnqueueRequest{})
-	done2, err := jobs.Complete(ctx, pool, completeReq(l2))
+	l2 := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
+	done2, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +63,9 @@ func TestCompleteStoresOutputProgressAndSucceededEvent(t *testing.T) {
 func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
-	pending := enqueue(t, ctx, pool, jobs.EnqueueRequest{RunAt: ptr(time.Now().Add(time.Hour))})
-	good := completeReq(l)
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
+	pending := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{RunAt: testdb.Ptr(time.Now().Add(time.Hour))})
+	good := testdb.CompleteRequest(l)
 	cases := map[string]jobs.CompleteRequest{
 		"wrong run":     {JobID: l.ID, RunNumber: 2, Attempt: good.Attempt, WorkerID: good.WorkerID},
 		"wrong attempt": {JobID: l.ID, RunNumber: good.RunNumber, Attempt: 2, WorkerID: good.WorkerID},
@@ -95,13 +74,13 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	}
 	for name, req := range cases {
 		t.Run(name, func(t *testing.T) {
-			before := count(t, ctx, pool, `SELECT count(*) FROM job_events`)
+			before := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`)
 			_, err := jobs.Complete(ctx, pool, req)
 			wantCode(t, err, runledger.ErrLeaseMismatch)
-			if after := count(t, ctx, pool, `SELECT count(*) FROM job_events`); after != before {
+			if after := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); after != before {
 				t.Fatalf("events %d -> %d after a refused completion", before, after)
 			}
-			if n := count(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE status = 'SUCCEEDED'`); n != 0 {
+			if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue WHERE status = 'SUCCEEDED'`); n != 0 {
 				t.Fatalf("%d jobs SUCCEEDED after a refused completion", n)
 			}
 		})
@@ -113,7 +92,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	}
 	_, err := jobs.Complete(ctx, pool, good)
 	wantCode(t, err, runledger.ErrLeaseMismatch)
-	if ev := eventTypes(t, ctx, pool, l.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED", "SUCCEEDED"}) {
+	if ev := testdb.EventTypes(t, pool, l.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED", "SUCCEEDED"}) {
 		t.Fatalf("events = %v, want one SUCCEEDED", ev)
 	}
 }
@@ -123,7 +102,7 @@ func TestCompleteMissingJobIsNotFound(t *testing.T) {
 	ctx, pool := setup(t)
 	_, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
 	wantCode(t, err, runledger.ErrJobNotFound)
-	if n := count(t, ctx, pool, `SELECT count(*) FROM job_events`); n != 0 {
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); n != 0 {
 		t.Fatalf("%d events written", n)
 	}
 }
@@ -131,12 +110,12 @@ func TestCompleteMissingJobIsNotFound(t *testing.T) {
 func TestCompleteTxRunsInCallerTransaction(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.CompleteTx(ctx, tx, completeReq(l)); err != nil {
+	if _, err := jobs.CompleteTx(ctx, tx, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -154,8 +133,8 @@ func TestCompleteTxRunsInCallerTransaction(t *testing.T) {
 func TestFailWithAttemptsLeftSchedulesRetry(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(3)})
-	after, err := jobs.Fail(ctx, pool, failReq(l))
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](3)})
+	after, err := jobs.Fail(ctx, pool, testdb.FailRequest(l))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,15 +158,15 @@ func TestFailWithAttemptsLeftSchedulesRetry(t *testing.T) {
 		t.Fatalf("next_run_at = now + %s, want now + Backoff(1) = %s", d, jobs.Backoff(1))
 	}
 	// Not due yet: a claim finds nothing.
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
-		t.Fatalf("claimed %v before the retry was due", ids(got))
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v before the retry was due", testdb.IDs(got))
 	}
 
 	// An explicit delay replaces the backoff.
-	exec(t, ctx, pool, `UPDATE job_queue SET next_run_at = now() WHERE id = $1`, l.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET next_run_at = now() WHERE id = $1`, l.ID)
 	l2 := claimOnly(t, ctx, pool, l.ID)
-	req := failReq(l2)
-	req.RetryDelay = ptr(90 * time.Second)
+	req := testdb.FailRequest(l2)
+	req.RetryDelay = testdb.Ptr(90 * time.Second)
 	after2, err := jobs.Fail(ctx, pool, req)
 	if err != nil {
 		t.Fatal(err)
@@ -201,15 +180,15 @@ func TestFailWithAttemptsLeftSchedulesRetry(t *testing.T) {
 func TestFailUntilAttemptsSpentDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	j := enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(2)})
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](2)})
 	var last runledger.Job
 	for attempt := int32(1); attempt <= 2; attempt++ {
 		l := claimOnly(t, ctx, pool, j.ID)
 		if l.Attempt != attempt {
 			t.Fatalf("claim %d leased attempt %d", attempt, l.Attempt)
 		}
-		req := failReq(l)
-		req.RetryDelay = ptr(time.Duration(0))
+		req := testdb.FailRequest(l)
+		req.RetryDelay = testdb.Ptr(time.Duration(0))
 		var err error
 		if last, err = jobs.Fail(ctx, pool, req); err != nil {
 			t.Fatal(err)
@@ -219,19 +198,19 @@ func TestFailUntilAttemptsSpentDeadLetters(t *testing.T) {
 		t.Fatalf("after the last attempt failed: %s finished %v, want DEAD_LETTERED and finished", last.Status, last.FinishedAt)
 	}
 	want := []string{"ENQUEUED", "LEASED", "RETRY_SCHEDULED", "LEASED", "DEAD_LETTERED"}
-	if ev := eventTypes(t, ctx, pool, j.ID); !sameStrings(ev, want) {
+	if ev := testdb.EventTypes(t, pool, j.ID); !sameStrings(ev, want) {
 		t.Fatalf("events = %v, want %v", ev, want)
 	}
-	if got := claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
-		t.Fatalf("claimed a dead-lettered job: %v", ids(got))
+	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed a dead-lettered job: %v", testdb.IDs(got))
 	}
 }
 
 func TestFailTerminalDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: i32(5)})
-	req := failReq(l)
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](5)})
+	req := testdb.FailRequest(l)
 	req.Terminal = true
 	after, err := jobs.Fail(ctx, pool, req)
 	if err != nil {
@@ -249,14 +228,14 @@ func TestFailTerminalDeadLettersAtOnce(t *testing.T) {
 func TestFailRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
-	req := failReq(l)
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
+	req := testdb.FailRequest(l)
 	req.WorkerID = "someone-else"
 	_, err := jobs.Fail(ctx, pool, req)
 	wantCode(t, err, runledger.ErrLeaseMismatch)
 	_, err = jobs.Fail(ctx, pool, jobs.FailRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
 	wantCode(t, err, runledger.ErrJobNotFound)
-	if ev := eventTypes(t, ctx, pool, l.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
+	if ev := testdb.EventTypes(t, pool, l.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
 		t.Fatalf("events = %v after refused failures", ev)
 	}
 }

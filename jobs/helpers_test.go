@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,98 +18,25 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// testCtx returns a context that bounds one test, so a statement that
-// waits when it should not fails the test instead of hanging it.
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // setup returns a fresh migrated database with job type "email" defined
 // (defaults: 8 attempts, 900 s, priority 100, enabled).
 func setup(t *testing.T) (context.Context, *pgxpool.Pool) {
 	t.Helper()
 	pool := testdb.New(t)
-	ctx := testCtx(t)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "email"})
+	ctx := testdb.Context(t)
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "email"})
 	return ctx, pool
-}
-
-func define(t *testing.T, ctx context.Context, pool *pgxpool.Pool, in jobs.DefinitionInput) jobs.Definition {
-	t.Helper()
-	d, err := jobs.UpsertDefinition(ctx, pool, in)
-	if err != nil {
-		t.Fatalf("UpsertDefinition(%s): %v", in.JobType, err)
-	}
-	return d
-}
-
-func i32(v int32) *int32 { return &v }
-func i64(v int64) *int64 { return &v }
-
-func ptr[T any](v T) *T { return &v }
-
-func enqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, req jobs.EnqueueRequest) runledger.Job {
-	t.Helper()
-	if req.JobType == "" {
-		req.JobType = "email"
-	}
-	res, err := jobs.Enqueue(ctx, pool, req)
-	if err != nil {
-		t.Fatalf("Enqueue: %v", err)
-	}
-	if res.Disposition != jobs.DispositionInserted {
-		t.Fatalf("Enqueue disposition = %s, want inserted", res.Disposition)
-	}
-	return res.Job
-}
-
-func claim(t *testing.T, ctx context.Context, pool *pgxpool.Pool, req jobs.ClaimRequest) []runledger.Job {
-	t.Helper()
-	if req.WorkerID == "" {
-		req.WorkerID = "worker-1"
-	}
-	if req.Limit == 0 {
-		req.Limit = 10
-	}
-	if req.Lease == 0 {
-		req.Lease = 30 * time.Second
-	}
-	got, err := jobs.Claim(ctx, pool, req)
-	if err != nil {
-		t.Fatalf("Claim: %v", err)
-	}
-	return got
 }
 
 // claimOnly claims with limit 10 and fails unless exactly the job want is
 // leased.
 func claimOnly(t *testing.T, ctx context.Context, pool *pgxpool.Pool, want uuid.UUID) runledger.Job {
 	t.Helper()
-	got := claim(t, ctx, pool, jobs.ClaimRequest{})
+	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{})
 	if len(got) != 1 || got[0].ID != want {
-		t.Fatalf("claimed %v, want only %s", ids(got), want)
+		t.Fatalf("claimed %v, want only %s", testdb.IDs(got), want)
 	}
 	return got[0]
-}
-
-func completeReq(j runledger.Job) jobs.CompleteRequest {
-	return jobs.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID}
-}
-
-func failReq(j runledger.Job) jobs.FailRequest {
-	return jobs.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID,
-		ErrorCode: "smtp.down", ErrorMessage: "connection refused"}
-}
-
-func ids(js []runledger.Job) []uuid.UUID {
-	out := make([]uuid.UUID, len(js))
-	for i, j := range js {
-		out[i] = j.ID
-	}
-	return out
 }
 
 func sameIDs(a, b []uuid.UUID) bool {
@@ -123,38 +49,6 @@ func sameIDs(a, b []uuid.UUID) bool {
 		}
 	}
 	return true
-}
-
-// count runs a test query returning one integer.
-func count(t *testing.T, ctx context.Context, q jobs.Querier, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := q.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-func exec(t *testing.T, ctx context.Context, q jobs.Querier, sql string, args ...any) {
-	t.Helper()
-	if _, err := q.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// eventTypes returns a job's event types in history order, read with test
-// SQL (independent of the package's reads).
-func eventTypes(t *testing.T, ctx context.Context, q jobs.Querier, id uuid.UUID) []string {
-	t.Helper()
-	rs, err := q.Query(ctx, `SELECT event_type::text FROM job_events WHERE job_id = $1 ORDER BY run_number, id`, id)
-	if err != nil {
-		t.Fatalf("read events: %v", err)
-	}
-	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("read events: %v", err)
-	}
-	return out
 }
 
 func sameStrings(a, b []string) bool {
@@ -228,7 +122,7 @@ func rowLockedAgainst(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tab
 func waitForBlockedBackend(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	t.Helper()
 	for {
-		n := count(t, ctx, pool, `SELECT count(*) FROM pg_locks l
+		n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM pg_locks l
 			JOIN pg_stat_activity a ON a.pid = l.pid
 			WHERE NOT l.granted AND a.datname = current_database()`)
 		if n > 0 {

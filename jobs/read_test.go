@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -15,8 +16,8 @@ func TestGetIsScoped(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	org := uuid.New()
-	orgJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
-	globalJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	orgJob := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
+	globalJob := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 
 	if j, err := jobs.Get(ctx, pool, runledger.Organization(org), orgJob.ID); err != nil || j.ID != orgJob.ID {
 		t.Fatalf("Get in scope = %v, %v", j.ID, err)
@@ -44,8 +45,8 @@ func TestEventsAreScopedAndInHistoryOrder(t *testing.T) {
 	ctx, pool := setup(t)
 	org := uuid.New()
 	scope := runledger.Organization(org)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
-	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := jobs.Events(ctx, pool, scope, l.ID)
@@ -78,7 +79,7 @@ func TestEventsOfJobWithoutHistoryIsEmpty(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	id := uuid.New()
-	exec(t, ctx, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 1)`, id)
+	testdb.Exec(t, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 1)`, id)
 	evs, err := jobs.Events(ctx, pool, runledger.Global(), id)
 	if err != nil || evs == nil || len(evs) != 0 {
 		t.Fatalf("Events of a job without events = %#v, %v; want an empty slice", evs, err)
@@ -92,8 +93,8 @@ func TestEventsOfJobWithoutHistoryIsEmpty(t *testing.T) {
 func TestNewestEventsNewestFirstUpToLimit(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	l := leased(t, ctx, pool, jobs.EnqueueRequest{})
-	if _, err := jobs.Complete(ctx, pool, completeReq(l)); err != nil {
+	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
+	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := jobs.NewestEvents(ctx, pool, runledger.Global(), l.ID, 2)
@@ -108,9 +109,9 @@ func TestNewestEventsNewestFirstUpToLimit(t *testing.T) {
 func TestRecentEventsByTypeAcrossScopes(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	a := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
-	b := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
-	claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+	a := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	b := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
+	testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
 	evs, err := jobs.RecentEventsByType(ctx, pool, runledger.JobEventEnqueued, time.Now().Add(-time.Hour), 10)
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +131,8 @@ func TestRecentEventsByTypeAcrossScopes(t *testing.T) {
 
 func succeeded(t *testing.T, ctx testContext, req jobs.EnqueueRequest) runledger.Job {
 	t.Helper()
-	l := leased(t, ctx.ctx, ctx.pool, req)
-	j, err := jobs.Complete(ctx.ctx, ctx.pool, completeReq(l))
+	l := testdb.Leased(t, ctx.ctx, ctx.pool, req)
+	j, err := jobs.Complete(ctx.ctx, ctx.pool, testdb.CompleteRequest(l))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestReplaysAndReplayedFromReadLineage(t *testing.T) {
 	org := uuid.New()
 	scope := runledger.Organization(org)
 	source := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{Scope: scope})
-	other := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	other := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
 
 	none, err := jobs.Replays(ctx, pool, scope, source.ID)
 	if err != nil || none == nil || len(none) != 0 {
@@ -164,7 +165,7 @@ func TestReplaysAndReplayedFromReadLineage(t *testing.T) {
 		replayIDs = append(replayIDs, r.Replay.JobID)
 	}
 	// The first replay moves on; the list shows its current state.
-	leaseJob(t, ctx, pool, replayIDs[0])
+	testdb.LeaseJob(t, ctx, pool, replayIDs[0])
 
 	list, err := jobs.Replays(ctx, pool, scope, source.ID)
 	if err != nil {
@@ -212,8 +213,8 @@ func TestReplaysReadLineageInsertedByHand(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	source := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{})
-	copyJob := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
-	exec(t, ctx, pool, `INSERT INTO job_replays (replay_job_id, source_job_id, source_run_number, replay_request_key, reason)
+	copyJob := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	testdb.Exec(t, pool, `INSERT INTO job_replays (replay_job_id, source_job_id, source_run_number, replay_request_key, reason)
 		VALUES ($1, $2, 1, 'manual', 'by hand')`, copyJob.ID, source.ID)
 	list, err := jobs.Replays(ctx, pool, runledger.Global(), source.ID)
 	if err != nil || len(list) != 1 || list[0].ReplayJobID != copyJob.ID || *list[0].ReplayStatus != runledger.JobStatusPending {
@@ -231,9 +232,9 @@ func TestListPagesNewestFirstWithinScope(t *testing.T) {
 	org := uuid.New()
 	var global, orgJobs []uuid.UUID
 	for i := 0; i < 5; i++ {
-		global = append(global, enqueue(t, ctx, pool, jobs.EnqueueRequest{}).ID)
+		global = append(global, testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{}).ID)
 		if i < 2 {
-			orgJobs = append(orgJobs, enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)}).ID)
+			orgJobs = append(orgJobs, testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)}).ID)
 		}
 	}
 	var got []uuid.UUID
@@ -245,7 +246,7 @@ func TestListPagesNewestFirstWithinScope(t *testing.T) {
 			t.Fatal(err)
 		}
 		pages++
-		got = append(got, ids(p.Jobs)...)
+		got = append(got, testdb.IDs(p.Jobs)...)
 		if p.Next == nil {
 			break
 		}
@@ -259,12 +260,12 @@ func TestListPagesNewestFirstWithinScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameIDs(ids(p.Jobs), []uuid.UUID{orgJobs[1], orgJobs[0]}) || p.Next != nil {
-		t.Fatalf("org page = %v next %v", ids(p.Jobs), p.Next)
+	if !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{orgJobs[1], orgJobs[0]}) || p.Next != nil {
+		t.Fatalf("org page = %v next %v", testdb.IDs(p.Jobs), p.Next)
 	}
 	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Organization(org), Limit: 1, Before: &jobs.Cursor{CreatedAt: p.Jobs[0].CreatedAt, ID: p.Jobs[0].ID}})
-	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{orgJobs[0]}) {
-		t.Fatalf("org page after cursor = %v, %v", ids(p.Jobs), err)
+	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{orgJobs[0]}) {
+		t.Fatalf("org page after cursor = %v, %v", testdb.IDs(p.Jobs), err)
 	}
 }
 
@@ -273,42 +274,42 @@ func TestListByStatus(t *testing.T) {
 	ctx, pool := setup(t)
 	org := uuid.New()
 	scope := runledger.Organization(org)
-	enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
 	done := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{Scope: scope})
 	globalDone := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{})
 
-	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: scope, Status: ptr(runledger.JobStatusSucceeded), Limit: 10})
-	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{done.ID}) || p.Next != nil {
-		t.Fatalf("org SUCCEEDED = %v next %v, %v", ids(p.Jobs), p.Next, err)
+	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: scope, Status: testdb.Ptr(runledger.JobStatusSucceeded), Limit: 10})
+	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{done.ID}) || p.Next != nil {
+		t.Fatalf("org SUCCEEDED = %v next %v, %v", testdb.IDs(p.Jobs), p.Next, err)
 	}
-	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: ptr(runledger.JobStatusSucceeded), Limit: 10})
-	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{globalDone.ID}) {
-		t.Fatalf("global SUCCEEDED = %v, %v", ids(p.Jobs), err)
+	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: testdb.Ptr(runledger.JobStatusSucceeded), Limit: 10})
+	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{globalDone.ID}) {
+		t.Fatalf("global SUCCEEDED = %v, %v", testdb.IDs(p.Jobs), err)
 	}
-	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: ptr(runledger.JobStatusPending), Limit: 10})
+	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: testdb.Ptr(runledger.JobStatusPending), Limit: 10})
 	if err != nil || len(p.Jobs) != 0 {
-		t.Fatalf("global PENDING = %v, %v", ids(p.Jobs), err)
+		t.Fatalf("global PENDING = %v, %v", testdb.IDs(p.Jobs), err)
 	}
 }
 
 func TestListAllAcrossScopes(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
-	a := enqueue(t, ctx, pool, jobs.EnqueueRequest{})
-	b := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New()), JobType: "sms"})
-	c := enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
+	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "sms"})
+	a := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	b := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New()), JobType: "sms"})
+	c := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
 
 	p, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 2})
-	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{c.ID, b.ID}) || p.Next == nil {
-		t.Fatalf("first page = %v next %v, %v", ids(p.Jobs), p.Next, err)
+	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{c.ID, b.ID}) || p.Next == nil {
+		t.Fatalf("first page = %v next %v, %v", testdb.IDs(p.Jobs), p.Next, err)
 	}
 	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 2, Before: p.Next})
-	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{a.ID}) || p.Next != nil {
-		t.Fatalf("second page = %v next %v, %v", ids(p.Jobs), p.Next, err)
+	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{a.ID}) || p.Next != nil {
+		t.Fatalf("second page = %v next %v, %v", testdb.IDs(p.Jobs), p.Next, err)
 	}
-	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{JobType: "email", Status: ptr(runledger.JobStatusPending), Limit: 10})
-	if err != nil || !sameIDs(ids(p.Jobs), []uuid.UUID{c.ID, a.ID}) {
-		t.Fatalf("email PENDING = %v, %v", ids(p.Jobs), err)
+	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{JobType: "email", Status: testdb.Ptr(runledger.JobStatusPending), Limit: 10})
+	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{c.ID, a.ID}) {
+		t.Fatalf("email PENDING = %v, %v", testdb.IDs(p.Jobs), err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -29,7 +30,7 @@ func deadPool(t *testing.T) *pgxpool.Pool {
 
 func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testdb.Context(t)
 	pool := deadPool(t)
 	ok := jobs.EnqueueRequest{JobType: "email"}
 	with := func(f func(*jobs.EnqueueRequest)) jobs.EnqueueRequest { r := ok; f(&r); return r }
@@ -94,11 +95,11 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}, runledger.ErrJobTypeInvalid},
 		{"definition max attempts", func() error {
-			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "x", MaxAttempts: i32(0)})
+			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "x", MaxAttempts: testdb.Ptr[int32](0)})
 			return err
 		}, runledger.ErrMaxAttemptsInvalid},
 		{"definition timeout", func() error {
-			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "x", TimeoutSeconds: i32(-1)})
+			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "x", TimeoutSeconds: testdb.Ptr[int32](-1)})
 			return err
 		}, runledger.ErrTimeoutInvalid},
 		{"get definition blank", func() error { _, err := jobs.GetDefinition(ctx, pool, ""); return err }, runledger.ErrJobTypeBlank},
@@ -114,10 +115,10 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 		{"payload lone high surrogate", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ud83d"`) })), runledger.ErrPayloadInvalid},
 		{"payload high surrogate then text", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ud83dx"`) })), runledger.ErrPayloadInvalid},
 		{"payload lone low surrogate", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ude00"`) })), runledger.ErrPayloadInvalid},
-		{"max attempts zero", enq(with(func(r *jobs.EnqueueRequest) { r.MaxAttempts = i32(0) })), runledger.ErrMaxAttemptsInvalid},
-		{"timeout zero", enq(with(func(r *jobs.EnqueueRequest) { r.TimeoutSeconds = i32(0) })), runledger.ErrTimeoutInvalid},
+		{"max attempts zero", enq(with(func(r *jobs.EnqueueRequest) { r.MaxAttempts = testdb.Ptr[int32](0) })), runledger.ErrMaxAttemptsInvalid},
+		{"timeout zero", enq(with(func(r *jobs.EnqueueRequest) { r.TimeoutSeconds = testdb.Ptr[int32](0) })), runledger.ErrTimeoutInvalid},
 		{"run at zero", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = &time.Time{} })), runledger.ErrRunAtInvalid},
-		{"run at year 10000", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = ptr(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)) })), runledger.ErrRunAtInvalid},
+		{"run at year 10000", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = testdb.Ptr(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)) })), runledger.ErrRunAtInvalid},
 		{"idempotency key blank", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = " \u3000 " })), runledger.ErrIdempotencyKeyInvalid},
 		{"idempotency key NUL", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "a\x00" })), runledger.ErrIdempotencyKeyInvalid},
 		{"idempotency key invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "a\xc3" })), runledger.ErrIdempotencyKeyInvalid},
@@ -136,13 +137,15 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 
 		{"complete worker blank", completeWith(func(r *jobs.CompleteRequest) { r.WorkerID = "" }), runledger.ErrWorkerIDBlank},
 		{"complete output", completeWith(func(r *jobs.CompleteRequest) { r.Output = json.RawMessage(`nope`) }), runledger.ErrOutputInvalid},
-		{"complete progress negative", completeWith(func(r *jobs.CompleteRequest) { r.ProgressDone = i64(-1) }), runledger.ErrProgressInvalid},
-		{"complete progress over total", completeWith(func(r *jobs.CompleteRequest) { r.ProgressDone, r.ProgressTotal = i64(5), i64(4) }), runledger.ErrProgressInvalid},
+		{"complete progress negative", completeWith(func(r *jobs.CompleteRequest) { r.ProgressDone = testdb.Ptr[int64](-1) }), runledger.ErrProgressInvalid},
+		{"complete progress over total", completeWith(func(r *jobs.CompleteRequest) {
+			r.ProgressDone, r.ProgressTotal = testdb.Ptr[int64](5), testdb.Ptr[int64](4)
+		}), runledger.ErrProgressInvalid},
 
 		{"fail worker blank", failWith(func(r *jobs.FailRequest) { r.WorkerID = "\n" }), runledger.ErrWorkerIDBlank},
 		{"fail error code NUL", failWith(func(r *jobs.FailRequest) { r.ErrorCode = "\x00" }), runledger.ErrFailureInvalid},
 		{"fail message invalid UTF-8", failWith(func(r *jobs.FailRequest) { r.ErrorMessage = "\xfe" }), runledger.ErrFailureInvalid},
-		{"fail retry delay negative", failWith(func(r *jobs.FailRequest) { r.RetryDelay = ptr(-time.Millisecond) }), runledger.ErrRetryDelayInvalid},
+		{"fail retry delay negative", failWith(func(r *jobs.FailRequest) { r.RetryDelay = testdb.Ptr(-time.Millisecond) }), runledger.ErrRetryDelayInvalid},
 
 		{"cancel reason NUL", func() error {
 			_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: uuid.New(), Reason: "\x00"})
@@ -171,11 +174,11 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 
 		{"list limit", func() error { _, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 0}); return err }, runledger.ErrListLimitInvalid},
 		{"list status unknown", func() error {
-			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: ptr(runledger.JobStatus("DONE"))})
+			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatus("DONE"))})
 			return err
 		}, runledger.ErrListFilterInvalid},
 		{"list status with cursor", func() error {
-			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: ptr(runledger.JobStatusPending), Before: &jobs.Cursor{}})
+			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatusPending), Before: &jobs.Cursor{}})
 			return err
 		}, runledger.ErrListFilterInvalid},
 		{"list all limit", func() error { _, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1001}); return err }, runledger.ErrListLimitInvalid},
@@ -184,7 +187,7 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}, runledger.ErrListFilterInvalid},
 		{"list all status without type", func() error {
-			_, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1, Status: ptr(runledger.JobStatusPending)})
+			_, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatusPending)})
 			return err
 		}, runledger.ErrListFilterInvalid},
 
@@ -233,8 +236,8 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	reqs := []jobs.EnqueueRequest{
 		{JobType: "email", IdempotencyKey: key512, ExecutionResourceKey: key512},
 		{JobType: "email", Payload: json.RawMessage(` {"a":"\ud83d\ude00","b":"\\u0000"} `)},
-		{JobType: "email", Payload: json.RawMessage(`0`), MaxAttempts: i32(1), TimeoutSeconds: i32(1), Priority: i32(-1 << 31)},
-		{JobType: "email", RunAt: ptr(time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC))},
+		{JobType: "email", Payload: json.RawMessage(`0`), MaxAttempts: testdb.Ptr[int32](1), TimeoutSeconds: testdb.Ptr[int32](1), Priority: testdb.Ptr[int32](-1 << 31)},
+		{JobType: "email", RunAt: testdb.Ptr(time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC))},
 	}
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
@@ -244,7 +247,7 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	if err := (jobs.ClaimRequest{WorkerID: "w", Limit: jobs.MaxLimit, Lease: time.Microsecond}).Validate(); err != nil {
 		t.Error(err)
 	}
-	if err := (jobs.FailRequest{WorkerID: "w", RetryDelay: ptr(time.Duration(0))}).Validate(); err != nil {
+	if err := (jobs.FailRequest{WorkerID: "w", RetryDelay: testdb.Ptr(time.Duration(0))}).Validate(); err != nil {
 		t.Error(err)
 	}
 }
