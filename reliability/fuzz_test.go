@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -202,7 +203,7 @@ func jsonbStorable(b []byte) bool {
 // jsonbStorable: all three must agree on what is storable.
 func TestPayloadRulesAgreeWithPostgres(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	e := newEnv(t)
 	payloads := []string{
 		`{}`, `[]`, `null`, `1e400`, `"\u0000"`, `"\\u0000"`, `"a\u0000b"`, `"\ud800"`, `"\udc00"`,

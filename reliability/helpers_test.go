@@ -13,11 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
@@ -28,44 +26,12 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// testContext bounds one test, so a statement that waits when it should not
-// fails the test instead of hanging it.
-func testContext(t testing.TB) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// querier is what pools, connections and transactions share.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func mustExec(t testing.TB, q querier, sql string, args ...any) {
-	t.Helper()
-	if _, err := q.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("exec %q: %v", sql, err)
-	}
-}
-
-func scalar[T any](t testing.TB, q querier, sql string, args ...any) T {
-	t.Helper()
-	var v T
-	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		t.Fatalf("query %q: %v", sql, err)
-	}
-	return v
 }
 
 // env is one test's database: admin is a pool for setup, inspection and
@@ -86,21 +52,11 @@ func newEnv(t *testing.T) *env {
 // app, so the test can find their backends in pg_stat_activity.
 func openPool(t testing.TB, url, app string, maxConns int32, params map[string]string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	withApp := map[string]string{"application_name": app}
 	for k, v := range params {
-		cfg.ConnConfig.RuntimeParams[k] = v
+		withApp[k] = v
 	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return testdb.OpenPool(t, url, maxConns, withApp)
 }
 
 // target opens a one-connection pool for the operation under test, with a
@@ -110,59 +66,17 @@ func (e *env) target(params map[string]string) (*pgxpool.Pool, string) {
 	return openPool(e.t, e.url, app, 1, params), app
 }
 
-// source describes a finished job seeded in SQL (setup only: it is the
-// state a worker leaves behind, with no events).
-type source struct {
-	scope       runledger.Scope
-	jobType     string
-	status      string
-	run         int32
-	resourceKey *string
-}
-
-func succeeded(scope runledger.Scope) source {
-	return source{scope: scope, jobType: "email", status: "SUCCEEDED", run: 1}
-}
-
-func defineType(t testing.TB, q querier, jobType string) {
-	t.Helper()
-	mustExec(t, q, `INSERT INTO job_definitions (job_type) VALUES ($1) ON CONFLICT DO NOTHING`, jobType)
-}
-
-func seed(t testing.TB, q querier, s source) uuid.UUID {
-	t.Helper()
-	defineType(t, q, s.jobType)
-	id := uuid.Must(uuid.NewV7())
-	mustExec(t, q, `
-		INSERT INTO job_queue (id, job_type, organization_id, payload, status, priority, run_number,
-		    attempt, max_attempts, timeout_seconds, stage, progress_done, progress_total, checkpoint,
-		    output, worker_id, started_at, finished_at, execution_resource_key, next_run_at)
-		VALUES ($1, $2, $3, '{"to":"a@example.com","n":[1,2,3]}', $4::job_status, 77, $5, 1, 5, 123,
-		    'completed', 8, 8, '{"cursor":8}', '{"sent":true}', 'worker-1', now() - interval '2 minutes',
-		    now() - interval '1 minute', $6, now() - interval '1 hour')`,
-		id, s.jobType, s.scope.OrganizationIDPtr(), s.status, s.run, s.resourceKey)
-	return id
-}
-
 // rowsJSON returns every row of a table as JSON text, ordered, so two
 // snapshots can be compared for any change.
-func rowsJSON(t testing.TB, q querier, table, orderBy string) []string {
+func rowsJSON(t testing.TB, q testdb.Querier, table, orderBy string) []string {
 	t.Helper()
-	rs, err := q.Query(context.Background(), "SELECT row_to_json(x)::text FROM "+table+" x ORDER BY "+orderBy)
-	if err != nil {
-		t.Fatalf("snapshot %s: %v", table, err)
-	}
-	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("snapshot %s: %v", table, err)
-	}
-	return out
+	return testdb.Column[string](t, q, "SELECT row_to_json(x)::text FROM "+table+" x ORDER BY "+orderBy)
 }
 
 // snapshot is the whole ledger's contents.
 type snapshot struct{ jobs, events, replays []string }
 
-func takeSnapshot(t testing.TB, q querier) snapshot {
+func takeSnapshot(t testing.TB, q testdb.Querier) snapshot {
 	t.Helper()
 	return snapshot{
 		jobs:    rowsJSON(t, q, "job_queue", "id"),
@@ -235,13 +149,9 @@ func onFailpoint(t testing.TB, name string, tag uint64, hook failpoint.Hook) {
 // app, failing unless there is exactly one.
 func (e *env) backendOf(app string) int32 {
 	e.t.Helper()
-	rs, err := e.admin.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
-	if err != nil {
-		e.t.Fatalf("find backend %s: %v", app, err)
-	}
-	pids, err := pgx.CollectRows(rs, pgx.RowTo[int32])
-	if err != nil || len(pids) != 1 {
-		e.t.Fatalf("backends of %s: %v, %v; want exactly one", app, pids, err)
+	pids := testdb.Column[int32](e.t, e.admin, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if len(pids) != 1 {
+		e.t.Fatalf("backends of %s: %v; want exactly one", app, pids)
 	}
 	return pids[0]
 }
@@ -252,11 +162,11 @@ func (e *env) backendOf(app string) int32 {
 // pg_stat_activity).
 func (e *env) kill(pid int32) {
 	e.t.Helper()
-	if !scalar[bool](e.t, e.admin, `SELECT pg_terminate_backend($1)`, pid) {
+	if !testdb.Scalar[bool](e.t, e.admin, `SELECT pg_terminate_backend($1)`, pid) {
 		e.t.Fatalf("pg_terminate_backend(%d) found no such backend", pid)
 	}
 	e.waitFor(fmt.Sprintf("backend %d to exit", pid), func() bool {
-		return !scalar[bool](e.t, e.admin, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid)
+		return !testdb.Scalar[bool](e.t, e.admin, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid)
 	})
 }
 
@@ -269,7 +179,7 @@ func (e *env) waitingPID(app, locktype string) int32 {
 	e.t.Helper()
 	var pid int32
 	e.waitFor(app+" to wait for a lock", func() bool {
-		pid = scalar[int32](e.t, e.admin, `
+		pid = testdb.Scalar[int32](e.t, e.admin, `
 			SELECT coalesce(min(l.pid), 0) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 			WHERE a.application_name = $1 AND NOT l.granted AND ($2 = '' OR l.locktype = $2)`, app, locktype)
 		return pid != 0
@@ -284,26 +194,14 @@ func (e *env) waitingPID(app, locktype string) int32 {
 func (e *env) waitNoLocks(pid int32) {
 	e.t.Helper()
 	e.waitFor(fmt.Sprintf("backend %d to release its locks", pid), func() bool {
-		return scalar[int64](e.t, e.admin, `SELECT count(*) FROM pg_locks WHERE pid = $1`, pid) == 0
+		return testdb.Scalar[int64](e.t, e.admin, `SELECT count(*) FROM pg_locks WHERE pid = $1`, pid) == 0
 	})
 }
 
-// waitFor polls cond (a catalog query) until it holds; it fails the test
-// after 30 seconds. The interval is a poll, not a synchronisation.
+// waitFor is testdb.WaitFor for this test.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	waitFor(e.t, what, cond)
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval
-	}
+	testdb.WaitFor(e.t, what, cond)
 }
 
 // holdRow locks rows FOR UPDATE in a transaction of the admin pool and
@@ -333,7 +231,7 @@ func (e *env) holdRow(table, where string, args ...any) (release func()) {
 func (e *env) commitGate(table, when string, key int64) (hold func() (release func())) {
 	e.t.Helper()
 	fn := "rl_test_gate_" + table
-	mustExec(e.t, e.admin, fmt.Sprintf(`
+	testdb.Exec(e.t, e.admin, fmt.Sprintf(`
 		CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			PERFORM pg_advisory_xact_lock(%d);
@@ -343,7 +241,7 @@ func (e *env) commitGate(table, when string, key int64) (hold func() (release fu
 	if when != "" {
 		cond = "WHEN (" + when + ")"
 	}
-	mustExec(e.t, e.admin, fmt.Sprintf(`
+	testdb.Exec(e.t, e.admin, fmt.Sprintf(`
 		CREATE CONSTRAINT TRIGGER %s AFTER INSERT ON %s
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW %s EXECUTE FUNCTION %s()`, fn, table, cond, fn))
 	return func() func() {
@@ -352,11 +250,11 @@ func (e *env) commitGate(table, when string, key int64) (hold func() (release fu
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		mustExec(e.t, conn, `SELECT pg_advisory_lock($1)`, key)
+		testdb.Exec(e.t, conn, `SELECT pg_advisory_lock($1)`, key)
 		var once sync.Once
 		release := func() {
 			once.Do(func() {
-				mustExec(e.t, conn, `SELECT pg_advisory_unlock($1)`, key)
+				testdb.Exec(e.t, conn, `SELECT pg_advisory_unlock($1)`, key)
 				conn.Release()
 			})
 		}
@@ -367,21 +265,13 @@ func (e *env) commitGate(table, when string, key int64) (hold func() (release fu
 
 // ---- errors ----------------------------------------------------------------
 
-func detail(err error) string {
-	var e *runledger.Error
-	if errors.As(err, &e) {
-		return fmt.Sprintf("%s/%s sqlstate=%q: %s", e.Code, e.Category, e.SQLState, e.Detail)
-	}
-	return fmt.Sprintf("%T %v", err, err)
-}
-
 // wantTransient fails unless err is a *runledger.Error of category
 // transient.
 func wantTransient(t testing.TB, err error) *runledger.Error {
 	t.Helper()
 	var e *runledger.Error
 	if !errors.As(err, &e) || e.Category != runledger.CategoryTransient || !runledger.IsTransient(err) {
-		t.Fatalf("error %v (%s), want category transient", err, detail(err))
+		t.Fatalf("error %v (%s), want category transient", err, testdb.Detail(err))
 	}
 	if errors.Is(err, runledger.ErrCommitUnconfirmed) {
 		t.Fatalf("error %v is both transient and commit-unconfirmed", err)
@@ -393,7 +283,7 @@ func wantTransient(t testing.TB, err error) *runledger.Error {
 func wantCommitUnconfirmed(t testing.TB, err error) {
 	t.Helper()
 	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.CodeCommitUnconfirmed {
-		t.Fatalf("error %v (%s), want db.transaction_commit_unconfirmed", err, detail(err))
+		t.Fatalf("error %v (%s), want db.transaction_commit_unconfirmed", err, testdb.Detail(err))
 	}
 	if runledger.IsTransient(err) {
 		t.Fatalf("commit-unconfirmed error %v is also transient", err)
@@ -423,28 +313,12 @@ func req(source uuid.UUID, key, reason string) replay.Request {
 	return replay.Request{Scope: runledger.Global(), SourceJobID: source, ExpectedRunNumber: 1, Key: key, Reason: reason}
 }
 
-// mustReplayed returns a function that fails the test unless its arguments
-// are a Replayed outcome and no error: mustReplayed(t)(replay.SucceededJob(...)).
-func mustReplayed(t testing.TB) func(replay.Outcome, error) replay.Replayed {
-	return func(out replay.Outcome, err error) replay.Replayed {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("replay: %v (%s)", err, detail(err))
-		}
-		r, ok := out.(replay.Replayed)
-		if !ok {
-			t.Fatalf("outcome %T %+v, want Replayed", out, out)
-		}
-		return r
-	}
-}
-
 // checkOneReplay verifies the ledger after a replay of source with key and
 // reason converged: exactly one lineage row for the key, its replay job
 // PENDING at run 1 with exactly one event (ENQUEUED, five-key payload), and
 // nothing else written: the only jobs are the sources and that replay. It
 // returns the replay id.
-func checkOneReplay(t testing.TB, q querier, sourceID uuid.UUID, key, reason string, jobsBesides int) uuid.UUID {
+func checkOneReplay(t testing.TB, q testdb.Querier, sourceID uuid.UUID, key, reason string, jobsBesides int) uuid.UUID {
 	t.Helper()
 	rs, err := q.Query(context.Background(), `
 		SELECT replay_job_id FROM job_replays
@@ -458,10 +332,10 @@ func checkOneReplay(t testing.TB, q querier, sourceID uuid.UUID, key, reason str
 		t.Fatalf("lineage rows for key %q: %v, %v; want exactly one", key, ids, err)
 	}
 	id := ids[0]
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_replays`); n != 1 {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_replays`); n != 1 {
 		t.Fatalf("%d lineage rows, want 1", n)
 	}
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != int64(jobsBesides)+1 {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != int64(jobsBesides)+1 {
 		t.Fatalf("%d jobs, want %d (sources) + 1 replay", n, jobsBesides)
 	}
 	var status string
@@ -477,7 +351,7 @@ func checkOneReplay(t testing.TB, q querier, sourceID uuid.UUID, key, reason str
 	if err := q.QueryRow(context.Background(), `SELECT event_type::text, payload FROM job_events WHERE job_id = $1`, id).Scan(&typ, &payload); err != nil {
 		t.Fatalf("replay event: %v (want exactly one)", err)
 	}
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_events`); n != 1 || typ != "ENQUEUED" {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_events`); n != 1 || typ != "ENQUEUED" {
 		t.Fatalf("%d events, the replay's is %s; want exactly one ENQUEUED", n, typ)
 	}
 	var got map[string]any
@@ -493,7 +367,7 @@ func checkOneReplay(t testing.TB, q querier, sourceID uuid.UUID, key, reason str
 }
 
 // checkNothingWritten fails unless the ledger equals before.
-func checkNothingWritten(t testing.TB, q querier, before snapshot) {
+func checkNothingWritten(t testing.TB, q testdb.Querier, before snapshot) {
 	t.Helper()
 	if after := takeSnapshot(t, q); !after.equal(before) {
 		t.Fatalf("the failed operation left rows behind or changed some:\nbefore %v\nafter  %v", before, after)

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/failpoint"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -95,9 +94,9 @@ func TestReplayKilledAtEveryStep(t *testing.T) {
 		kp := kp
 		t.Run(kp.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := testdb.Context(t)
 			e := newEnv(t)
-			sourceID := seed(t, e.admin, succeeded(runledger.Global()))
+			sourceID := testdb.Seed(t, e.admin, testdb.Succeeded(runledger.Global()))
 			before := takeSnapshot(t, e.admin)
 			r := req(sourceID, "retry-key", "operator retry")
 
@@ -110,13 +109,13 @@ func TestReplayKilledAtEveryStep(t *testing.T) {
 			if kp.lostReply {
 				// The commit landed: the replay is complete and consistent.
 				id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1)
-				got := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+				got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
 				if got.Disposition != replay.DispositionExisting || got.Replay.JobID != id {
 					t.Fatalf("retry after a lost COMMIT reply got %+v, want Existing %s", got, id)
 				}
 			} else {
 				checkNothingWritten(t, e.admin, before)
-				got := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+				got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
 				if got.Disposition != replay.DispositionInserted {
 					t.Fatalf("retry got %+v, want Inserted", got)
 				}
@@ -125,7 +124,7 @@ func TestReplayKilledAtEveryStep(t *testing.T) {
 				}
 			}
 			// Retrying again changes nothing.
-			again := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+			again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
 			if again.Disposition != replay.DispositionExisting {
 				t.Fatalf("second retry %+v, want Existing", again)
 			}
@@ -151,9 +150,9 @@ func checkFailure(t testing.TB, want failure, err error) {
 }
 
 // checkSourceUnchanged fails unless the source row equals its snapshot.
-func checkSourceUnchanged(t testing.TB, q querier, before snapshot, sourceID uuid.UUID) {
+func checkSourceUnchanged(t testing.TB, q testdb.Querier, before snapshot, sourceID uuid.UUID) {
 	t.Helper()
-	now := scalar[string](t, q, `SELECT row_to_json(x)::text FROM job_queue x WHERE id = $1`, sourceID)
+	now := testdb.Scalar[string](t, q, `SELECT row_to_json(x)::text FROM job_queue x WHERE id = $1`, sourceID)
 	for _, row := range before.jobs {
 		if row == now {
 			return
@@ -183,9 +182,9 @@ func TestReplayTxKilledAtEveryStep(t *testing.T) {
 		kp := kp
 		t.Run(kp.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := testdb.Context(t)
 			e := newEnv(t)
-			sourceID := seed(t, e.admin, succeeded(runledger.Global()))
+			sourceID := testdb.Seed(t, e.admin, testdb.Succeeded(runledger.Global()))
 			before := takeSnapshot(t, e.admin)
 			r := req(sourceID, "tx-key", "tx reason")
 			pool, app := e.target(nil)
@@ -206,7 +205,7 @@ func TestReplayTxKilledAtEveryStep(t *testing.T) {
 				_, opErr = replay.SucceededJobTx(tctx, tx, r)
 				if kp.want == failCallerCommitFailed {
 					if opErr != nil {
-						t.Fatalf("SucceededJobTx: %v (%s), want Replayed", opErr, detail(opErr))
+						t.Fatalf("SucceededJobTx: %v (%s), want Replayed", opErr, testdb.Detail(opErr))
 					}
 					commitErr = tx.Commit(ctx)
 				}
@@ -221,12 +220,12 @@ func TestReplayTxKilledAtEveryStep(t *testing.T) {
 				opErr = <-done
 				release()
 			case kp.name == "just before COMMIT":
-				mustReplayed(t)(replay.SucceededJobTx(tctx, tx, r))
+				testdb.MustReplayed(t)(replay.SucceededJobTx(tctx, tx, r))
 				e.killApp(app)
 				commitErr = tx.Commit(ctx)
 			default: // COMMIT waits on the gate
 				release := kp.waitOn(e, sourceID)
-				mustReplayed(t)(replay.SucceededJobTx(tctx, tx, r))
+				testdb.MustReplayed(t)(replay.SucceededJobTx(tctx, tx, r))
 				done := make(chan error, 1)
 				go func() { done <- tx.Commit(ctx) }()
 				e.kill(e.waitingPID(app, kp.lockType))
@@ -246,7 +245,7 @@ func TestReplayTxKilledAtEveryStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := mustReplayed(t)(replay.SucceededJobTx(ctx, tx2, r))
+			got := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx2, r))
 			if err := tx2.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -290,9 +289,9 @@ func TestKeyedEnqueueKilledAtEveryStep(t *testing.T) {
 		kp := kp
 		t.Run(kp.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := testdb.Context(t)
 			e := newEnv(t)
-			defineType(t, e.admin, "email")
+			testdb.DefineType(t, e.admin, "email")
 			before := takeSnapshot(t, e.admin)
 			r := keyedRequest()
 
@@ -307,7 +306,7 @@ func TestKeyedEnqueueKilledAtEveryStep(t *testing.T) {
 
 			res, err := jobs.Enqueue(ctx, pool, r)
 			if err != nil {
-				t.Fatalf("retry: %v (%s)", err, detail(err))
+				t.Fatalf("retry: %v (%s)", err, testdb.Detail(err))
 			}
 			wantDisp := jobs.DispositionInserted
 			if kp.lostReply {
@@ -327,33 +326,20 @@ func TestKeyedEnqueueKilledAtEveryStep(t *testing.T) {
 
 // checkOneKeyedJob verifies that exactly one job holds key and that the
 // whole ledger is that job and its one ENQUEUED event.
-func checkOneKeyedJob(t testing.TB, q querier, id uuid.UUID, key string) {
+func checkOneKeyedJob(t testing.TB, q testdb.Querier, id uuid.UUID, key string) {
 	t.Helper()
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != 1 {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != 1 {
 		t.Fatalf("%d jobs, want 1", n)
 	}
-	if got := scalar[uuid.UUID](t, q, `SELECT id FROM job_queue WHERE idempotency_key = $1`, key); got != id {
+	if got := testdb.Scalar[uuid.UUID](t, q, `SELECT id FROM job_queue WHERE idempotency_key = $1`, key); got != id {
 		t.Fatalf("key held by %s, want %s", got, id)
 	}
-	if got := eventTypes(t, q, id); len(got) != 1 || got[0] != "ENQUEUED" {
+	if got := testdb.EventTypes(t, q, id); len(got) != 1 || got[0] != "ENQUEUED" {
 		t.Fatalf("events %v, want one ENQUEUED", got)
 	}
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_events`); n != 1 {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_events`); n != 1 {
 		t.Fatalf("%d events in all, want 1", n)
 	}
-}
-
-func eventTypes(t testing.TB, q querier, id uuid.UUID) []string {
-	t.Helper()
-	rs, err := q.Query(context.Background(), `SELECT event_type::text FROM job_events WHERE job_id = $1 ORDER BY run_number, id`, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // ---- complete ----------------------------------------------------------------
@@ -362,16 +348,10 @@ func eventTypes(t testing.TB, q querier, id uuid.UUID) []string {
 // the request that completes it.
 func leasedJob(t *testing.T, ctx context.Context, e *env) jobs.CompleteRequest {
 	t.Helper()
-	defineType(t, e.admin, "email")
-	if _, err := jobs.Enqueue(ctx, e.admin, jobs.EnqueueRequest{JobType: "email"}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := jobs.Claim(ctx, e.admin, jobs.ClaimRequest{WorkerID: "w1", Limit: 1, Lease: time.Minute})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("claim: %v, %v", got, err)
-	}
-	return jobs.CompleteRequest{JobID: got[0].ID, RunNumber: got[0].RunNumber, Attempt: got[0].Attempt,
-		WorkerID: "w1", Output: []byte(`{"ok":true}`)}
+	testdb.DefineType(t, e.admin, "email")
+	cr := testdb.CompleteRequest(testdb.Leased(t, ctx, e.admin, jobs.EnqueueRequest{}))
+	cr.Output = []byte(`{"ok":true}`)
+	return cr
 }
 
 // TestCompleteKilled kills jobs.Complete, a single statement on the pool,
@@ -402,7 +382,7 @@ func TestCompleteKilled(t *testing.T) {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := testdb.Context(t)
 			e := newEnv(t)
 			cr := leasedJob(t, ctx, e)
 			before := takeSnapshot(t, e.admin)
@@ -454,12 +434,12 @@ func TestCompleteKilled(t *testing.T) {
 	}
 }
 
-func checkCompletedOnce(t testing.TB, q querier, id uuid.UUID) {
+func checkCompletedOnce(t testing.TB, q testdb.Querier, id uuid.UUID) {
 	t.Helper()
-	if st := scalar[string](t, q, `SELECT status::text FROM job_queue WHERE id = $1`, id); st != "SUCCEEDED" {
+	if st := testdb.Scalar[string](t, q, `SELECT status::text FROM job_queue WHERE id = $1`, id); st != "SUCCEEDED" {
 		t.Fatalf("job is %s, want SUCCEEDED", st)
 	}
-	got := eventTypes(t, q, id)
+	got := testdb.EventTypes(t, q, id)
 	want := []string{"ENQUEUED", "LEASED", "SUCCEEDED"}
 	if len(got) != len(want) {
 		t.Fatalf("events %v, want %v", got, want)

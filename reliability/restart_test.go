@@ -17,6 +17,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -102,7 +103,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("server restart test: skipped under -short")
 	}
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	srv, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("a dedicated server is required (PostgreSQL server binaries): %v", err)
@@ -124,7 +125,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 	_ = sqlDB.Close()
 
 	setup := openPool(t, url, "rl-setup", 2, nil)
-	defineType(t, setup, "email")
+	testdb.DefineType(t, setup, "email")
 	rs, err := setup.Query(ctx, `
 		INSERT INTO job_queue (id, job_type, payload, status, priority, run_number, attempt, max_attempts,
 		    timeout_seconds, stage, worker_id, started_at, finished_at, output)
@@ -226,7 +227,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 			}
 			class := errClass(err)
 			if class != "transient" && class != "commit_unconfirmed" {
-				fail("%v: attempt %d: unexpected error %v (%s)", it, attempt, err, detail(err))
+				fail("%v: attempt %d: unexpected error %v (%s)", it, attempt, err, testdb.Detail(err))
 				return
 			}
 			if class == "commit_unconfirmed" {
@@ -301,14 +302,14 @@ func TestServerRestartUnderLoad(t *testing.T) {
 }
 
 // checkRestartLedger verifies the ledger after the restart run.
-func checkRestartLedger(t *testing.T, q querier, sources []uuid.UUID, answers map[restartItem]uuid.UUID, before snapshot) {
+func checkRestartLedger(t *testing.T, q testdb.Querier, sources []uuid.UUID, answers map[restartItem]uuid.UUID, before snapshot) {
 	t.Helper()
 	ctx := context.Background()
 	want := len(sources) * restartKeys
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_replays`); n != int64(want) {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_replays`); n != int64(want) {
 		t.Errorf("%d lineage rows, want %d (one per source and key)", n, want)
 	}
-	if n := scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != int64(len(sources)+want) {
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_queue`); n != int64(len(sources)+want) {
 		t.Errorf("%d jobs, want %d sources + %d replays", n, len(sources), want)
 	}
 	for it, id := range answers {
@@ -336,7 +337,7 @@ func checkRestartLedger(t *testing.T, q querier, sources []uuid.UUID, answers ma
 			WHERE (q.status <> 'PENDING' OR q.run_number <> 1) AND cardinality($1::uuid[]) >= 0`,
 		"events on sources": `SELECT count(*) FROM job_events WHERE job_id = ANY($1)`,
 	} {
-		if n := scalar[int64](t, q, sql, sources); n != 0 {
+		if n := testdb.Scalar[int64](t, q, sql, sources); n != 0 {
 			t.Errorf("%d %s", n, what)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -31,9 +32,9 @@ func TestStormOneKeyTwoReasons(t *testing.T) {
 	if testing.Short() {
 		t.Skip("storm test: skipped under -short")
 	}
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	e := newEnv(t)
-	sourceID := seed(t, e.admin, succeeded(runledger.Global()))
+	sourceID := testdb.Seed(t, e.admin, testdb.Succeeded(runledger.Global()))
 	before := takeSnapshot(t, e.admin)
 	pool := openPool(t, e.url, "rl-storm", stormSize, nil)
 	warmPool(t, ctx, pool, stormSize)
@@ -71,13 +72,13 @@ func TestStormOneKeyTwoReasons(t *testing.T) {
 		if r.reason == winnerReason {
 			got, ok := r.out.(replay.Replayed)
 			if r.err != nil || !ok || got.Replay.JobID != winnerID {
-				t.Fatalf("caller %d (winner's reason): %+v, %v (%s); want the winner's replay %s", i, r.out, r.err, detail(r.err), winnerID)
+				t.Fatalf("caller %d (winner's reason): %+v, %v (%s); want the winner's replay %s", i, r.out, r.err, testdb.Detail(r.err), winnerID)
 			}
 			counts[string(got.Disposition)]++
 			continue
 		}
 		if r.out != nil || !errors.Is(r.err, runledger.ErrReplayIdempotencyConflict) {
-			t.Fatalf("caller %d (other reason): %+v, %v (%s); want the idempotency conflict", i, r.out, r.err, detail(r.err))
+			t.Fatalf("caller %d (other reason): %+v, %v (%s); want the idempotency conflict", i, r.out, r.err, testdb.Detail(r.err))
 		}
 		counts["conflict"]++
 	}
@@ -117,16 +118,16 @@ func TestStormReplaysRacingWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("storm test: skipped under -short")
 	}
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	e := newEnv(t)
 	sources := make([]uuid.UUID, stormSize)
 	for i := range sources {
-		s := succeeded(runledger.Global())
+		s := testdb.Succeeded(runledger.Global())
 		if i%2 == 0 {
 			k := fmt.Sprintf("resource-%d", i%16)
-			s.resourceKey = &k
+			s.ResourceKey = &k
 		}
-		sources[i] = seed(t, e.admin, s)
+		sources[i] = testdb.Seed(t, e.admin, s)
 	}
 	before := takeSnapshot(t, e.admin)
 	pool := openPool(t, e.url, "rl-storm", stormSize, nil)
@@ -140,7 +141,7 @@ func TestStormReplaysRacingWorkers(t *testing.T) {
 	fail := func(what string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
-		failures = append(failures, fmt.Errorf("%s: %w (%s)", what, err, detail(err)))
+		failures = append(failures, fmt.Errorf("%s: %w (%s)", what, err, testdb.Detail(err)))
 	}
 	const workers = 4
 	var completed atomic.Int64
@@ -232,23 +233,23 @@ func TestStormReplaysRacingWorkers(t *testing.T) {
 		t.Fatalf("%d replays completed, want %d", n, stormSize)
 	}
 	for src, id := range replays {
-		if st := scalar[string](t, e.admin, `SELECT status::text FROM job_queue WHERE id = $1`, id); st != "SUCCEEDED" {
+		if st := testdb.Scalar[string](t, e.admin, `SELECT status::text FROM job_queue WHERE id = $1`, id); st != "SUCCEEDED" {
 			t.Errorf("replay %s of %s is %s", id, src, st)
 		}
-		if got := eventTypes(t, e.admin, id); fmt.Sprint(got) != "[ENQUEUED LEASED SUCCEEDED]" {
+		if got := testdb.EventTypes(t, e.admin, id); fmt.Sprint(got) != "[ENQUEUED LEASED SUCCEEDED]" {
 			t.Errorf("replay %s events %v, want [ENQUEUED LEASED SUCCEEDED]", id, got)
 		}
 	}
-	if n := scalar[int64](t, e.admin, `SELECT count(*) FROM job_replays`); n != stormSize {
+	if n := testdb.Scalar[int64](t, e.admin, `SELECT count(*) FROM job_replays`); n != stormSize {
 		t.Fatalf("%d lineage rows, want %d", n, stormSize)
 	}
-	if n := scalar[int64](t, e.admin, `SELECT count(*) FROM job_execution_resource_claims WHERE release_after IS NULL`); n != 0 {
+	if n := testdb.Scalar[int64](t, e.admin, `SELECT count(*) FROM job_execution_resource_claims WHERE release_after IS NULL`); n != 0 {
 		t.Errorf("%d resource claims still held after every replay completed", n)
 	}
 	for _, src := range sources {
 		checkSourceUnchanged(t, e.admin, before, src)
 	}
-	if n := scalar[int64](t, e.admin, `SELECT count(*) FROM job_events WHERE job_id = ANY($1)`, sources); n != 0 {
+	if n := testdb.Scalar[int64](t, e.admin, `SELECT count(*) FROM job_events WHERE job_id = ANY($1)`, sources); n != 0 {
 		t.Errorf("%d events written on sources", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -91,9 +92,9 @@ func probeUnlocked(t testing.TB, e *env, id uuid.UUID, during string) {
 // finds only the caller's own job.
 func TestTenantIsolationMatrix(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testdb.Context(t)
 	e := newEnv(t)
-	defineType(t, e.admin, "email")
+	testdb.DefineType(t, e.admin, "email")
 	caller := openPool(t, e.url, "rl-caller", 2, nil)
 
 	orgA, orgB := uuid.New(), uuid.New()
@@ -103,8 +104,8 @@ func TestTenantIsolationMatrix(t *testing.T) {
 		{name: "org B", scope: runledger.Organization(orgB)},
 	}
 	for _, s := range tenants {
-		s.source = seed(t, e.admin, succeeded(s.scope))
-		rep := mustReplayed(t)(replay.SucceededJob(ctx, e.admin, replay.Request{Scope: s.scope, SourceJobID: s.source,
+		s.source = testdb.Seed(t, e.admin, testdb.Succeeded(s.scope))
+		rep := testdb.MustReplayed(t)(replay.SucceededJob(ctx, e.admin, replay.Request{Scope: s.scope, SourceJobID: s.source,
 			ExpectedRunNumber: 1, Key: "shared-key", Reason: "shared reason"}))
 		s.replay = rep.Replay.JobID
 		res, err := jobs.Enqueue(ctx, e.admin, enqueueIn(s))

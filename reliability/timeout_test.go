@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -43,9 +44,9 @@ func TestReplayBlockedOnTheSourceHonoursDeadlinesAndTimeouts(t *testing.T) {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := testdb.Context(t)
 			e := newEnv(t)
-			sourceID := seed(t, e.admin, succeeded(runledger.Global()))
+			sourceID := testdb.Seed(t, e.admin, testdb.Succeeded(runledger.Global()))
 			before := takeSnapshot(t, e.admin)
 			r := req(sourceID, "timeout-key", "timeout reason")
 			pool, app := e.target(c.params)
@@ -82,13 +83,13 @@ func TestReplayBlockedOnTheSourceHonoursDeadlinesAndTimeouts(t *testing.T) {
 			e1 := wantTransient(t, err)
 			if c.deadline > 0 {
 				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("err %v (%s) does not wrap context.DeadlineExceeded", err, detail(err))
+					t.Fatalf("err %v (%s) does not wrap context.DeadlineExceeded", err, testdb.Detail(err))
 				}
 				if elapsed < c.deadline {
 					t.Fatalf("returned after %s, before the %s deadline", elapsed, c.deadline)
 				}
 			} else if e1.SQLState != c.sqlstate {
-				t.Fatalf("sqlstate %q (%s), want %s", e1.SQLState, detail(err), c.sqlstate)
+				t.Fatalf("sqlstate %q (%s), want %s", e1.SQLState, testdb.Detail(err), c.sqlstate)
 			}
 			if tx != nil {
 				_ = tx.Rollback(context.Background()) // the caller's part
@@ -100,13 +101,13 @@ func TestReplayBlockedOnTheSourceHonoursDeadlinesAndTimeouts(t *testing.T) {
 			// aborted transaction until it notices; poll.
 			e.waitNoLocks(pid)
 			e.waitFor("the backend to leave its transaction", func() bool {
-				st := scalar[string](t, e.admin, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid)
+				st := testdb.Scalar[string](t, e.admin, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid)
 				return st == "idle" || st == "gone"
 			})
 			checkNothingWritten(t, e.admin, before)
 
 			release()
-			got := mustReplayed(t)(replay.SucceededJob(ctx, pool, r))
+			got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
 			if got.Disposition != replay.DispositionInserted {
 				t.Fatalf("retry %+v, want Inserted", got)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/runledger-go/runledger/internal/testdb"
 )
 
 func testHelp(t *testing.T, c *cli) {
@@ -328,7 +329,7 @@ func testEnqueue(t *testing.T, c *cli) {
 	if _, err := uuid.Parse(str(t, j, "id")); err != nil {
 		t.Fatalf("id = %s", j["id"])
 	}
-	wantJSONEqual(t, "payload", j["payload"], `{"n":[1,2],"to":"a@example.com"}`)
+	testdb.JSONEqual(t, "payload", j["payload"], `{"n":[1,2],"to":"a@example.com"}`)
 	if str(t, j, "organization_id") != org || str(t, j, "job_type") != "email" || str(t, j, "status") != "PENDING" ||
 		str(t, j, "stage") != "queued" || num(t, j, "priority") != 7 || num(t, j, "timeout_seconds") != 30 ||
 		num(t, j, "max_attempts") != 4 || num(t, j, "run_number") != 1 || num(t, j, "attempt") != 0 ||
@@ -341,7 +342,7 @@ func testEnqueue(t *testing.T, c *cli) {
 	if !isNull(g, "organization_id") || num(t, g, "priority") != 100 || num(t, g, "max_attempts") != 4 {
 		t.Fatalf("defaults: %v", g)
 	}
-	wantJSONEqual(t, "default payload", g["payload"], `{}`)
+	testdb.JSONEqual(t, "default payload", g["payload"], `{}`)
 
 	// Keyed: the same request returns the same job; another is a conflict.
 	first := object(t, c.ok(t, e, "enqueue", "--type", "email", "--idempotency-key", "inv-1", "--payload", `{"a":1}`, "--json").stdout)
@@ -398,7 +399,7 @@ func testClaimCompleteFail(t *testing.T, c *cli) {
 	if str(t, done, "status") != "SUCCEEDED" || str(t, done, "id") != ja {
 		t.Fatalf("completed = %v", done)
 	}
-	wantJSONEqual(t, "output", done["output"], `{"sent":true}`)
+	testdb.JSONEqual(t, "output", done["output"], `{"sent":true}`)
 	wantUTC(t, done, "finished_at")
 	// Completing again: the lease is gone, an expectation mismatch (exit 3).
 	if code := wantError(t, c.want(t, 3, e, "complete", "--job", ja, "--run", "1", "--attempt", "1", "--worker", "w1", "--json"), "conflict"); code != "job.lease_mismatch" {
@@ -485,7 +486,7 @@ func testReplay(t *testing.T, c *cli) {
 		num(t, actual, "run_number") != 1 || str(t, actual, "organization_id") != org {
 		t.Fatalf("mismatch = %v", m)
 	}
-	wantJSONEqual(t, "actual output", actual["output"], `{"ok":true}`)
+	testdb.JSONEqual(t, "actual output", actual["output"], `{"ok":true}`)
 	// A job that has not succeeded (the replay itself) is a mismatch too.
 	m = object(t, c.want(t, 3, e, "replay", "--job", replayID, "--run", "1", "--key", "k", "--reason", "r", "--org", org, "--json").stdout)
 	if str(t, sub(t, m, "actual"), "status") != "PENDING" {

@@ -239,21 +239,6 @@ func isNull(m map[string]json.RawMessage, key string) bool {
 	return string(m[key]) == "null"
 }
 
-// wantJSONEqual fails unless raw and want are the same JSON value.
-func wantJSONEqual(t *testing.T, what string, raw json.RawMessage, want string) {
-	t.Helper()
-	var a, b any
-	if err := json.Unmarshal(raw, &a); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	if err := json.Unmarshal([]byte(want), &b); err != nil {
-		t.Fatalf("%s: bad want: %v", what, err)
-	}
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("%s = %s, want %s", what, raw, want)
-	}
-}
-
 // wantUTC fails unless the value under key is an RFC 3339 time in UTC
 // ("Z"), and returns it.
 func wantUTC(t *testing.T, m map[string]json.RawMessage, key string) time.Time {
