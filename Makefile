@@ -5,6 +5,7 @@ GO    ?= go
 SQLC  := $(GO) tool -modfile=tools/go.mod sqlc
 STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 FUZZTIME ?= 10s
+SOAK_DURATION ?= 10m
 
 .DEFAULT_GOAL := help
 
@@ -41,6 +42,10 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+.PHONY: soak
+soak: ## Soak (not in CI): 16 clients for SOAK_DURATION (default 10m) on a durable throwaway server, one restart
+	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION)
 
 .PHONY: lint
 lint: ## go vet plus the pinned staticcheck

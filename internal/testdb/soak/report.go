@@ -1,0 +1,253 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// report collects the soak's figures and failures and prints them as
+// Markdown, ready for docs/RELIABILITY.md.
+type report struct {
+	cfg     config
+	started time.Time
+	elapsed time.Duration
+	server  string
+
+	mu       sync.Mutex
+	samples  []sample
+	checks   []checkResult
+	acks     map[string]int64
+	failures []string
+	final    struct {
+		jobs, events, replays int64
+		statuses              string
+	}
+}
+
+func (r *report) addSample(s sample) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.samples = append(r.samples, s)
+}
+
+// fail records a reason for the soak to exit 1.
+func (r *report) fail(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+}
+
+// judge turns the clients' failures, the error window and the invariants
+// into failures of the soak.
+func (r *report) judge(st *stats) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.nUnexpected > 0 {
+		r.fail("%d operations failed with an error that is not retryable, or broke an expectation (listed below)", st.nUnexpected)
+	}
+	switch {
+	case st.restartEnded.IsZero():
+		r.fail("no restart completed")
+	case len(st.errs) == 0:
+		r.fail("no operation met an error: the restart did not hit the load")
+	default:
+		windowEnd := st.restartEnded.Add(r.cfg.window)
+		if st.firstErr.Before(st.restartBegan) || st.lastErr.After(windowEnd) {
+			r.fail("retryable errors from %s to %s relative to the restart's beginning, outside the window [0, %s]",
+				rel(st.firstErr, st.restartBegan), rel(st.lastErr, st.restartBegan), rel(windowEnd, st.restartBegan))
+		}
+	}
+	for _, c := range r.checks {
+		if c.violations != 0 {
+			r.fail("invariant %q: %d violations", c.name, c.violations)
+		}
+	}
+}
+
+// rel is t relative to base, signed, in seconds to the millisecond.
+func rel(t, base time.Time) string {
+	return fmt.Sprintf("%+.3f s", t.Sub(base).Seconds())
+}
+
+func (r *report) print(w io.Writer, st *stats) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	fmt.Fprintf(w, "## Soak: %s, %d clients, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.restartMode)
+	fmt.Fprintf(w, "- server: PostgreSQL %s (pgtemp, Durable)\n", r.server)
+	if !st.restartEnded.IsZero() {
+		fmt.Fprintf(w, "- restart (%s) began at %s into the load and took %s (until the server accepted connections again)\n",
+			r.cfg.restartMode, st.restartBegan.Sub(st.start).Round(time.Millisecond), st.restartEnded.Sub(st.restartBegan).Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "- lease %s, samples every %s, retryable errors allowed from the restart's beginning to %s after its end\n\n",
+		r.cfg.lease, r.cfg.sample, r.cfg.window)
+
+	fmt.Fprintf(w, "### Operations\n\n| kind | count | per second |\n|---|---:|---:|\n")
+	var total int64
+	kinds := reportOrder
+	for _, k := range kinds {
+		if !strings.HasPrefix(k, "  ") {
+			total += st.ops[k]
+		}
+	}
+	secs := r.elapsed.Seconds()
+	for _, k := range kinds {
+		n := st.ops[k]
+		if strings.HasPrefix(k, "  ") {
+			fmt.Fprintf(w, "| &nbsp;&nbsp;%s | %d | |\n", strings.TrimSpace(k), n)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d | %.1f |\n", k, n, float64(n)/secs)
+	}
+	fmt.Fprintf(w, "| **all operations** | **%d** | **%.1f** |\n\n", total, float64(total)/secs)
+
+	fmt.Fprintf(w, "### Retryable errors (each retried with the same request)\n\n")
+	if len(st.errs) == 0 {
+		fmt.Fprintf(w, "None.\n\n")
+	} else {
+		fmt.Fprintf(w, "| operation | class | cause | failed attempts | first | last |\n|---|---|---|---:|---:|---:|\n")
+		keys := make([]errKey, 0, len(st.errs))
+		for k := range st.errs {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			a, b := keys[i], keys[j]
+			if a.op != b.op {
+				return a.op < b.op
+			}
+			if a.class != b.class {
+				return a.class < b.class
+			}
+			return a.cause < b.cause
+		})
+		byClass := map[string]int64{}
+		for _, k := range keys {
+			a := st.errs[k]
+			byClass[k.class] += a.count
+			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s |\n", k.op, k.class, k.cause, a.count,
+				rel(a.first, st.restartBegan), rel(a.last, st.restartBegan))
+		}
+		fmt.Fprintf(w, "\nBy class: %s. Times are relative to the restart's beginning; ", formatCounts(byClass))
+		fmt.Fprintf(w, "every error fell between %s and %s (the server accepted connections again at %s).\n\n",
+			rel(st.firstErr, st.restartBegan), rel(st.lastErr, st.restartBegan), rel(st.restartEnded, st.restartBegan))
+	}
+	if st.nUnexpected > 0 {
+		fmt.Fprintf(w, "### Failed operations (%d)\n\n", st.nUnexpected)
+		for _, u := range st.unexpected {
+			fmt.Fprintf(w, "- %s\n", u)
+		}
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintf(w, "### Samples\n\nRSS is VmRSS from /proc/self/status; Go heap is runtime.MemStats.HeapInuse. ")
+	fmt.Fprintf(w, "Server connections are pg_stat_activity client backends: the client pool's (of which idle in a transaction at that instant), and all (the monitor's own included).\n\n")
+	fmt.Fprintf(w, "| t | RSS MiB | Go heap MiB | goroutines | pool conns | server conns: clients (idle in tx) / all | jobs pending / leased / total | ops/s | note |\n")
+	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, s := range r.samples {
+		note := s.note
+		if s.serverErr != "" {
+			note = strings.TrimSpace(note + " server: " + s.serverErr)
+		}
+		srv := fmt.Sprintf("%d (%d) / %d", s.serverConns, s.idleInTx, s.allClients)
+		q := fmt.Sprintf("%d / %d / %d", s.pending, s.leased, s.jobs)
+		if s.serverConns < 0 {
+			srv, q = "-", "-"
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d | %d | %s | %s | %.0f | %s |\n",
+			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.heapInuse)/(1<<20), s.goroutines, s.poolConns,
+			srv, q, s.opsPerSec, note)
+	}
+	fmt.Fprintln(w)
+	r.printFlatness(w)
+
+	fmt.Fprintf(w, "### Ledger invariants (SQL, after the load)\n\n")
+	fmt.Fprintf(w, "Acknowledgements loaded: %s. Ledger: %d jobs (%s), %d events, %d lineage rows.\n\n",
+		formatCounts(r.acks), r.final.jobs, r.final.statuses, r.final.events, r.final.replays)
+	fmt.Fprintf(w, "| check | violations | |\n|---|---:|---|\n")
+	for _, c := range r.checks {
+		fmt.Fprintf(w, "| %s | %d | %s |\n", c.name, c.violations, c.note)
+	}
+	fmt.Fprintln(w)
+
+	if len(r.failures) == 0 {
+		fmt.Fprintf(w, "**PASS**\n")
+		return
+	}
+	fmt.Fprintf(w, "**FAIL**\n\n")
+	for _, f := range r.failures {
+		fmt.Fprintf(w, "- %s\n", f)
+	}
+}
+
+// printFlatness summarizes the samples after warm-up (the first minute, or
+// the first quarter of a shorter run): range of RSS, heap and server
+// connections, the restart's sample excluded from the connection range.
+func (r *report) printFlatness(w io.Writer) {
+	warm := time.Minute
+	if q := r.elapsed / 4; q < warm {
+		warm = q
+	}
+	var rssMin, rssMax, heapMin, heapMax int64 = -1, -1, -1, -1
+	connMin, connMax := -1, -1
+	var n int
+	for _, s := range r.samples {
+		if s.at < warm {
+			continue
+		}
+		n++
+		h := int64(s.heapInuse)
+		if rssMin < 0 || s.rssKB < rssMin {
+			rssMin = s.rssKB
+		}
+		if s.rssKB > rssMax {
+			rssMax = s.rssKB
+		}
+		if heapMin < 0 || h < heapMin {
+			heapMin = h
+		}
+		if h > heapMax {
+			heapMax = h
+		}
+		if s.serverConns >= 0 && s.note == "" {
+			if connMin < 0 || s.serverConns < connMin {
+				connMin = s.serverConns
+			}
+			if s.serverConns > connMax {
+				connMax = s.serverConns
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "After warm-up (%s, %d samples): RSS %.1f to %.1f MiB, Go heap %.1f to %.1f MiB, client server connections %d to %d.\n\n",
+		warm.Round(time.Second), n, float64(rssMin)/1024, float64(rssMax)/1024,
+		float64(heapMin)/(1<<20), float64(heapMax)/(1<<20), connMin, connMax)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// formatCounts prints a map as "k1 n1, k2 n2" in key order.
+func formatCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
