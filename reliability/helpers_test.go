@@ -21,6 +21,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -64,6 +65,26 @@ func openPool(t testing.TB, url, app string, maxConns int32, params map[string]s
 func (e *env) target(params map[string]string) (*pgxpool.Pool, string) {
 	app := "rl-target-" + randomHex(4)
 	return openPool(e.t, e.url, app, 1, params), app
+}
+
+// proxied starts a fault proxy (package pgproxy, inspecting the server's
+// replies, each shown to observe if set) in front of the test's server,
+// and opens a one-connection pool through it with a unique
+// application_name; it returns the proxy, the pool and that name. Both
+// are closed at cleanup.
+func (e *env) proxied(observe func(pgproxy.Message)) (*pgproxy.Proxy, *pgxpool.Pool, string) {
+	e.t.Helper()
+	addr, err := pgproxy.TargetAddr(e.url)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	proxy, err := pgproxy.Start(addr, pgproxy.Options{Inspect: true, Observe: observe})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(proxy.Close)
+	app := "rl-target-" + randomHex(4)
+	return proxy, openPool(e.t, proxy.ConnString(e.url), app, 1, nil), app
 }
 
 // rowsJSON returns every row of a table as JSON text, ordered, so two

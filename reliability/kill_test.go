@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -389,12 +390,11 @@ func TestCompleteKilled(t *testing.T) {
 
 			var err error
 			if c.lostReply {
-				proxy := newCutProxy(t, serverAddr(t, e.url))
-				pool := openPoolVia(t, e.url, "rl-target-"+randomHex(4), proxy)
-				proxy.arm("SELECT")
+				proxy, pool, _ := e.proxied(nil)
+				proxy.DropReply("SELECT")
 				_, err = jobs.Complete(ctx, pool, cr)
-				if proxy.cutCount() != 1 {
-					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
+				if proxy.Dropped() != 1 {
+					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
 				}
 				wantTransient(t, err)
 				// It landed: completed once. The retry says so as a lease
@@ -461,11 +461,9 @@ func runToKillPoint(t *testing.T, ctx context.Context, e *env, kp killPoint, loc
 	t.Helper()
 	var pool *pgxpool.Pool
 	var app string
-	var proxy *cutProxy
+	var proxy *pgproxy.Proxy
 	if kp.lostReply {
-		proxy = newCutProxy(t, serverAddr(t, e.url))
-		app = "rl-target-" + randomHex(4)
-		pool = openPoolVia(t, e.url, app, proxy)
+		proxy, pool, app = e.proxied(nil)
 	} else {
 		pool, app = e.target(nil)
 	}
@@ -475,10 +473,10 @@ func runToKillPoint(t *testing.T, ctx context.Context, e *env, kp killPoint, loc
 		onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
 		return pool, op(tctx, pool)
 	case kp.lostReply:
-		onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.arm("COMMIT") })
+		onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.DropReply("COMMIT") })
 		err := op(tctx, pool)
-		if proxy.cutCount() != 1 {
-			t.Fatalf("the proxy swallowed %d replies, want 1", proxy.cutCount())
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
 		}
 		return pool, err
 	default:

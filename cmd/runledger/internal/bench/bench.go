@@ -17,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"runtime"
 	"sort"
@@ -32,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -300,7 +299,7 @@ type runner struct {
 	binDir   string
 	pgbench  string
 	scripts  string // directory holding the pgbench scripts
-	proxy    *delayProxy
+	proxy    *pgproxy.Proxy
 }
 
 func (b *runner) logf(format string, args ...any) {
@@ -371,17 +370,17 @@ func (b *runner) onDatabases(ctx context.Context, rep *Report, kind string, dbs 
 	for _, nt := range b.networks() {
 		targets := make([]seeded, len(dbs))
 		copy(targets, dbs)
-		var proxy *delayProxy
+		var proxy *pgproxy.Proxy
 		if nt.proxied {
-			addr, err := hostPort(dbs[0].url)
+			addr, err := pgproxy.TargetAddr(dbs[0].url)
 			if err != nil {
-				return err
+				return fmt.Errorf("bench: --added-rtt: %w", err)
 			}
-			if proxy, err = startDelayProxy(addr, nt.rtt); err != nil {
+			if proxy, err = pgproxy.Start(addr, pgproxy.Options{Delay: nt.rtt}); err != nil {
 				return err
 			}
 			for i := range targets {
-				targets[i].url = withHostPort(targets[i].url, proxy.Addr())
+				targets[i].url = proxy.ConnString(targets[i].url)
 			}
 		}
 		b.proxy = proxy
@@ -599,7 +598,7 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 	)
 	stop := b.showProgress(res, start, measureFrom, end, &ops)
 	if b.proxy != nil {
-		resetAt := time.AfterFunc(time.Until(measureFrom), b.proxy.reset)
+		resetAt := time.AfterFunc(time.Until(measureFrom), b.proxy.ResetHeld)
 		defer resetAt.Stop()
 	}
 	for w := 0; w < base.Clients; w++ {
@@ -650,7 +649,7 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 	}
 	res.PerSecond = float64(res.Ops) / res.Seconds
 	if b.proxy != nil {
-		res.HeldMS = float64(b.proxy.meanHeld()) / float64(time.Millisecond)
+		res.HeldMS = float64(b.proxy.MeanHeld()) / float64(time.Millisecond)
 	}
 	return res, all, nil
 }
@@ -747,29 +746,6 @@ func serverVersion(ctx context.Context, url string) string {
 	var v string
 	_ = conn.QueryRow(ctx, "SHOW server_version").Scan(&v)
 	return "PostgreSQL " + v
-}
-
-// hostPort returns the TCP address a database URL connects to.
-func hostPort(dbURL string) (string, error) {
-	cfg, err := pgx.ParseConfig(dbURL)
-	if err != nil {
-		return "", err
-	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		return "", errors.New("bench: --added-rtt needs a TCP database address, not a unix socket")
-	}
-	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
-}
-
-// withHostPort returns dbURL pointed at addr instead.
-func withHostPort(dbURL, addr string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil || u.Scheme == "" {
-		host, port, _ := net.SplitHostPort(addr)
-		return dbURL + " host=" + host + " port=" + port
-	}
-	u.Host = addr
-	return u.String()
 }
 
 func randomHex(n int) string {

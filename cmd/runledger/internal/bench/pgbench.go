@@ -122,14 +122,14 @@ func (b *runner) runPgbench(ctx context.Context, url string, base Result, style 
 		}
 	}
 	if b.proxy != nil {
-		b.proxy.reset()
+		b.proxy.ResetHeld()
 	}
 	out, err := b.pgbenchExec(ctx, logDir, append(args(b.opts.Duration), "-l", "--log-prefix", filepath.Join(logDir, "tx"), url))
 	if err != nil {
 		return res, nil, err
 	}
 	if b.proxy != nil {
-		res.HeldMS = float64(b.proxy.meanHeld()) / float64(time.Millisecond)
+		res.HeldMS = float64(b.proxy.MeanHeld()) / float64(time.Millisecond)
 	}
 	res.Seconds = b.opts.Duration.Seconds()
 	if m := reProcessed.FindStringSubmatch(out); m != nil {
