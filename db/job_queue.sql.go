@@ -186,6 +186,8 @@ WITH completed AS (
       AND job_queue.attempt = $6
       AND job_queue.worker_id = $7
       AND job_queue.status = 'LEASED'
+      AND (NOT $8::bool
+           OR job_queue.organization_id IS NOT DISTINCT FROM $9::uuid)
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 ),
 event AS (
@@ -198,13 +200,15 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 `
 
 type JobCompleteParams struct {
-	Output        []byte
-	ProgressDone  *int64
-	ProgressTotal *int64
-	ID            uuid.UUID
-	RunNumber     int32
-	Attempt       int32
-	WorkerID      *string
+	Output         []byte
+	ProgressDone   *int64
+	ProgressTotal  *int64
+	ID             uuid.UUID
+	RunNumber      int32
+	Attempt        int32
+	WorkerID       *string
+	Scoped         bool
+	OrganizationID *uuid.UUID
 }
 
 type JobCompleteRow struct {
@@ -242,10 +246,13 @@ type JobCompleteRow struct {
 
 // JobComplete marks a leased job SUCCEEDED, compare-and-set on the lease:
 // it changes the job only while it is LEASED at this run and attempt to
-// this worker. It stores the output and, where given, the final progress,
-// and writes one SUCCEEDED event. No row when the lease does not match;
-// nothing is written then. Leaving LEASED releases the job's execution
-// resource claim (trigger).
+// this worker. With @scoped true the job must also be in the caller's
+// exact scope (null-safe: a NULL organization_id matches only global
+// jobs); with @scoped false any scope matches, the lease alone identifies
+// the job. It stores the output and, where given, the final progress, and
+// writes one SUCCEEDED event. No row when the lease or scope does not
+// match; nothing is written then. Leaving LEASED releases the job's
+// execution resource claim (trigger).
 func (q *Queries) JobComplete(ctx context.Context, db DBTX, arg JobCompleteParams) (JobCompleteRow, error) {
 	row := db.QueryRow(ctx, jobComplete,
 		arg.Output,
@@ -255,6 +262,8 @@ func (q *Queries) JobComplete(ctx context.Context, db DBTX, arg JobCompleteParam
 		arg.RunNumber,
 		arg.Attempt,
 		arg.WorkerID,
+		arg.Scoped,
+		arg.OrganizationID,
 	)
 	var i JobCompleteRow
 	err := row.Scan(
@@ -435,6 +444,21 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 	return i, err
 }
 
+const jobExistsAnyScope = `-- name: JobExistsAnyScope :one
+SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = $1)
+`
+
+// JobExistsAnyScope reports whether a job has the id, whatever its scope,
+// for worker-side operations that identify a job by its lease rather than
+// by tenant: it reads nothing else of the job, so nothing else of another
+// tenant's job can reach an error. No lock.
+func (q *Queries) JobExistsAnyScope(ctx context.Context, db DBTX, id uuid.UUID) (bool, error) {
+	row := db.QueryRow(ctx, jobExistsAnyScope, id)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const jobFail = `-- name: JobFail :one
 WITH failed AS (
     UPDATE job_queue
@@ -455,6 +479,8 @@ WITH failed AS (
       AND job_queue.attempt = $7
       AND job_queue.worker_id = $8
       AND job_queue.status = 'LEASED'
+      AND (NOT $9::bool
+           OR job_queue.organization_id IS NOT DISTINCT FROM $10::uuid)
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 ),
 event AS (
@@ -482,6 +508,8 @@ type JobFailParams struct {
 	RunNumber         int32
 	Attempt           int32
 	WorkerID          *string
+	Scoped            bool
+	OrganizationID    *uuid.UUID
 }
 
 type JobFailRow struct {
@@ -522,7 +550,8 @@ type JobFailRow struct {
 // PENDING, stage scheduled, due after @retry_delay_seconds, and gets a
 // RETRY_SCHEDULED event; otherwise it is DEAD_LETTERED (finished) with a
 // DEAD_LETTERED event. The error code and message are stored on the job
-// and in the event. No row when the lease does not match.
+// and in the event. @scoped and @organization_id as for JobComplete. No row
+// when the lease or scope does not match.
 func (q *Queries) JobFail(ctx context.Context, db DBTX, arg JobFailParams) (JobFailRow, error) {
 	row := db.QueryRow(ctx, jobFail,
 		arg.Terminal,
@@ -533,6 +562,8 @@ func (q *Queries) JobFail(ctx context.Context, db DBTX, arg JobFailParams) (JobF
 		arg.RunNumber,
 		arg.Attempt,
 		arg.WorkerID,
+		arg.Scoped,
+		arg.OrganizationID,
 	)
 	var i JobFailRow
 	err := row.Scan(
@@ -585,51 +616,6 @@ type JobGetParams struct {
 // scope sees only jobs without an organization). No lock.
 func (q *Queries) JobGet(ctx context.Context, db DBTX, arg JobGetParams) (JobQueue, error) {
 	row := db.QueryRow(ctx, jobGet, arg.ID, arg.OrganizationID)
-	var i JobQueue
-	err := row.Scan(
-		&i.ID,
-		&i.JobType,
-		&i.OrganizationID,
-		&i.Payload,
-		&i.Status,
-		&i.Priority,
-		&i.RunNumber,
-		&i.Attempt,
-		&i.MaxAttempts,
-		&i.TimeoutSeconds,
-		&i.NextRunAt,
-		&i.LeaseExpiresAt,
-		&i.LastHeartbeatAt,
-		&i.WorkerID,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.Stage,
-		&i.ProgressDone,
-		&i.ProgressTotal,
-		&i.ProgressPct,
-		&i.Checkpoint,
-		&i.IdempotencyKey,
-		&i.StatusReason,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.EnqueueRequest,
-		&i.Output,
-		&i.ExecutionResourceKey,
-	)
-	return i, err
-}
-
-const jobGetAnyScope = `-- name: JobGetAnyScope :one
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue WHERE id = $1
-`
-
-// JobGetAnyScope reads one job whatever its scope, for worker-side
-// operations that identify a job by its lease rather than by tenant. No
-// lock.
-func (q *Queries) JobGetAnyScope(ctx context.Context, db DBTX, id uuid.UUID) (JobQueue, error) {
-	row := db.QueryRow(ctx, jobGetAnyScope, id)
 	var i JobQueue
 	err := row.Scan(
 		&i.ID,

@@ -18,16 +18,34 @@ import (
 )
 
 // heldLease identifies one attempt of a job held by a worker: what
-// Complete and Fail compare against the stored row.
+// Complete and Fail compare against the stored row, and the scope the
+// caller asked for (nil: unscoped).
 type heldLease struct {
+	Scope     *runledger.Scope
 	JobID     uuid.UUID
 	RunNumber int32
 	Attempt   int32
 	WorkerID  string
 }
 
+// scopeParams returns the scoped flag and organization id of the finish
+// statements for an optional scope.
+func scopeParams(scope *runledger.Scope) (bool, *uuid.UUID) {
+	if scope == nil {
+		return false, nil
+	}
+	return true, scope.OrganizationIDPtr()
+}
+
 // CompleteRequest finishes a leased job successfully.
 type CompleteRequest struct {
+	// Scope, when set, is the caller's tenant: a job in another scope is
+	// runledger.ErrJobNotFound and is not changed, whatever lease the
+	// request names, exactly as on every scoped path (Global matches only
+	// jobs without an organization). nil is unscoped: the lease alone
+	// identifies the job, whatever its tenant; see the package
+	// documentation for what that trusts.
+	Scope *runledger.Scope
 	// JobID, RunNumber, Attempt and WorkerID must match the job's current
 	// lease (as returned by Claim); run and attempt are not validated, a
 	// value that cannot match is a lease mismatch.
@@ -71,14 +89,23 @@ func validateProgress(done, total *int64) error {
 
 // Complete marks a leased job SUCCEEDED in one statement on the pool and
 // returns it as stored. It is compare-and-set on the lease: the job must be
-// LEASED at this run and attempt to this worker. When it is not, nothing is
-// written (no event either) and an unlocked read tells why:
-// runledger.ErrJobNotFound when no job has the id, otherwise
-// runledger.ErrLeaseMismatch, whose detail names the actual status, run,
-// attempt and worker. Completion writes one SUCCEEDED event, sets
-// finished_at, clears lease_expires_at and releases the job's execution
-// resource claim. Completing twice is a lease mismatch the second time.
-// Workers identify jobs by lease, so no scope is involved.
+// LEASED at this run and attempt to this worker, and in req.Scope when one
+// is given. When it is not, nothing is written (no event either) and an
+// unlocked read tells why:
+//
+//   - runledger.ErrJobNotFound when no job has the id, or, with a scope,
+//     none has it in that scope;
+//   - otherwise runledger.ErrLeaseMismatch. With a scope its detail names
+//     the job's actual status, run and attempt; without one it names only
+//     the request's own run, attempt and worker, since the caller has not
+//     shown the job is its tenant's. It never names the worker holding or
+//     last holding the job: that id is what a lease is proven with.
+//
+// Completion writes one SUCCEEDED event, sets finished_at, clears
+// lease_expires_at and releases the job's execution resource claim.
+// Completing twice is a lease mismatch the second time. Without a scope
+// the job may belong to any tenant: the caller is trusted as a worker of
+// the whole ledger (see the package documentation).
 func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
 	if err := req.Validate(); err != nil {
 		return runledger.Job{}, err
@@ -99,18 +126,21 @@ func CompleteTx(ctx context.Context, tx pgx.Tx, req CompleteRequest) (runledger.
 
 func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Job, error) {
 	workerID := req.WorkerID
+	scoped, org := scopeParams(req.Scope)
 	row, err := queries.JobComplete(ctx, q, db.JobCompleteParams{
-		Output:        req.Output,
-		ProgressDone:  req.ProgressDone,
-		ProgressTotal: req.ProgressTotal,
-		ID:            req.JobID,
-		RunNumber:     req.RunNumber,
-		Attempt:       req.Attempt,
-		WorkerID:      &workerID,
+		Output:         req.Output,
+		ProgressDone:   req.ProgressDone,
+		ProgressTotal:  req.ProgressTotal,
+		ID:             req.JobID,
+		RunNumber:      req.RunNumber,
+		Attempt:        req.Attempt,
+		WorkerID:       &workerID,
+		Scoped:         scoped,
+		OrganizationID: org,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runledger.Job{}, classifyLeaseMiss(ctx, q, "complete",
-			heldLease{JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
+			heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
 	}
 	if err != nil {
 		return runledger.Job{}, dberr.Translate(ctx, "complete job", err)
@@ -120,6 +150,9 @@ func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Jo
 
 // FailRequest records a failed attempt of a leased job.
 type FailRequest struct {
+	// Scope, when set, is the caller's tenant and nil is unscoped, as for
+	// CompleteRequest.
+	Scope *runledger.Scope
 	// JobID, RunNumber, Attempt and WorkerID must match the job's current
 	// lease, as for CompleteRequest.
 	JobID     uuid.UUID
@@ -183,9 +216,10 @@ func Backoff(attempt int32) time.Duration {
 
 // Fail records a failed attempt of a leased job in one statement on the
 // pool and returns the job as stored after it. Compare-and-set on the lease
-// exactly like Complete (runledger.ErrJobNotFound or
-// runledger.ErrLeaseMismatch, and nothing written, when it does not
-// match). With attempts left (attempt < max_attempts) and Terminal false
+// and the optional scope exactly like Complete (runledger.ErrJobNotFound or
+// runledger.ErrLeaseMismatch, with the same details, and nothing written,
+// when it does not match; without a scope the caller is trusted as for
+// Complete). With attempts left (attempt < max_attempts) and Terminal false
 // the job returns to PENDING, stage scheduled, due after the retry delay,
 // worker cleared, with a RETRY_SCHEDULED event; the next claim starts
 // attempt + 1 of the same run. Otherwise it is DEAD_LETTERED (finished)
@@ -213,6 +247,7 @@ func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error
 		delay = *req.RetryDelay
 	}
 	workerID := req.WorkerID
+	scoped, org := scopeParams(req.Scope)
 	row, err := queries.JobFail(ctx, q, db.JobFailParams{
 		Terminal:          req.Terminal,
 		RetryDelaySeconds: delay.Seconds(),
@@ -222,10 +257,12 @@ func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error
 		RunNumber:         req.RunNumber,
 		Attempt:           req.Attempt,
 		WorkerID:          &workerID,
+		Scoped:            scoped,
+		OrganizationID:    org,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runledger.Job{}, classifyLeaseMiss(ctx, q, "fail",
-			heldLease{JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
+			heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
 	}
 	if err != nil {
 		return runledger.Job{}, dberr.Translate(ctx, "fail job", err)
@@ -234,20 +271,33 @@ func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error
 }
 
 // classifyLeaseMiss explains a compare-and-set that matched no row, with an
-// unlocked read of the job in any scope.
+// unlocked read. With a scope the read is scoped like the statement was (a
+// job outside it is not found) and the detail names the job's status, run
+// and attempt. Without one the read only tells whether the id exists, in
+// any scope, so nothing else of another tenant's job can reach the error.
+// Neither ever names the job's worker.
 func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease) error {
-	actual, err := queries.JobGetAnyScope(ctx, q, want.JobID)
+	request := fmt.Sprintf("request holds run %d attempt %d worker %q", want.RunNumber, want.Attempt, want.WorkerID)
+	if want.Scope == nil {
+		exists, err := queries.JobExistsAnyScope(ctx, q, want.JobID)
+		if err != nil {
+			return dberr.Translate(ctx, "read job after lease mismatch", err)
+		}
+		if !exists {
+			return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s does not exist", op, want.JobID))
+		}
+		return runledger.New(runledger.ErrLeaseMismatch, fmt.Sprintf(
+			"%s job %s: the job exists but that lease is not held (%s; the job's state is shown only to a scoped request)",
+			op, want.JobID, request))
+	}
+	actual, err := queries.JobGet(ctx, q, db.JobGetParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s does not exist", op, want.JobID))
+		return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope))
 	}
 	if err != nil {
 		return dberr.Translate(ctx, "read job after lease mismatch", err)
 	}
-	worker := "<none>"
-	if actual.WorkerID != nil {
-		worker = fmt.Sprintf("%q", *actual.WorkerID)
-	}
 	return runledger.New(runledger.ErrLeaseMismatch, fmt.Sprintf(
-		"%s job %s: job is %s at run %d attempt %d worker %s; request holds LEASED at run %d attempt %d worker %q",
-		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, worker, want.RunNumber, want.Attempt, want.WorkerID))
+		"%s job %s: job is %s at run %d attempt %d; %s",
+		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, request))
 }

@@ -77,11 +77,12 @@ SELECT * FROM job_queue
 WHERE id = @id
   AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
 
--- JobGetAnyScope reads one job whatever its scope, for worker-side
--- operations that identify a job by its lease rather than by tenant. No
--- lock.
--- name: JobGetAnyScope :one
-SELECT * FROM job_queue WHERE id = @id;
+-- JobExistsAnyScope reports whether a job has the id, whatever its scope,
+-- for worker-side operations that identify a job by its lease rather than
+-- by tenant: it reads nothing else of the job, so nothing else of another
+-- tenant's job can reach an error. No lock.
+-- name: JobExistsAnyScope :one
+SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = @id);
 
 -- JobClaimCandidates picks and locks up to @max_jobs due PENDING jobs of
 -- the given types (all types when the array is empty) in claim order:
@@ -141,10 +142,13 @@ ORDER BY priority DESC, next_run_at, created_at;
 
 -- JobComplete marks a leased job SUCCEEDED, compare-and-set on the lease:
 -- it changes the job only while it is LEASED at this run and attempt to
--- this worker. It stores the output and, where given, the final progress,
--- and writes one SUCCEEDED event. No row when the lease does not match;
--- nothing is written then. Leaving LEASED releases the job's execution
--- resource claim (trigger).
+-- this worker. With @scoped true the job must also be in the caller's
+-- exact scope (null-safe: a NULL organization_id matches only global
+-- jobs); with @scoped false any scope matches, the lease alone identifies
+-- the job. It stores the output and, where given, the final progress, and
+-- writes one SUCCEEDED event. No row when the lease or scope does not
+-- match; nothing is written then. Leaving LEASED releases the job's
+-- execution resource claim (trigger).
 -- name: JobComplete :one
 WITH completed AS (
     UPDATE job_queue
@@ -160,6 +164,8 @@ WITH completed AS (
       AND job_queue.attempt = @attempt
       AND job_queue.worker_id = @worker_id
       AND job_queue.status = 'LEASED'
+      AND (NOT @scoped::bool
+           OR job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid)
     RETURNING *
 ),
 event AS (
@@ -175,7 +181,8 @@ SELECT * FROM completed;
 -- PENDING, stage scheduled, due after @retry_delay_seconds, and gets a
 -- RETRY_SCHEDULED event; otherwise it is DEAD_LETTERED (finished) with a
 -- DEAD_LETTERED event. The error code and message are stored on the job
--- and in the event. No row when the lease does not match.
+-- and in the event. @scoped and @organization_id as for JobComplete. No row
+-- when the lease or scope does not match.
 -- name: JobFail :one
 WITH failed AS (
     UPDATE job_queue
@@ -196,6 +203,8 @@ WITH failed AS (
       AND job_queue.attempt = @attempt
       AND job_queue.worker_id = @worker_id
       AND job_queue.status = 'LEASED'
+      AND (NOT @scoped::bool
+           OR job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid)
     RETURNING *
 ),
 event AS (
