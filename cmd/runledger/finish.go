@@ -11,12 +11,23 @@ import (
 	"github.com/runledger-go/runledger/jobs"
 )
 
-// leaseFlags are the flags that name the lease complete and fail act on.
+// leaseFlags are the flags that name the lease complete and fail act on,
+// and the optional scope they act in.
 type leaseFlags struct {
 	job     **uuid.UUID
 	run     *int32
 	attempt *int32
 	worker  *string
+	org     **uuid.UUID
+}
+
+// scope returns the scope of --org, or nil (unscoped) without it.
+func (l leaseFlags) scope() *runledger.Scope {
+	if *l.org == nil {
+		return nil
+	}
+	s := runledger.Organization(**l.org)
+	return &s
 }
 
 func defineLeaseFlags(fs *flagSet) leaseFlags {
@@ -25,6 +36,7 @@ func defineLeaseFlags(fs *flagSet) leaseFlags {
 		run:     fs.int32Req("run", "`N`: the run number the job was claimed at (as 'runledger claim' printed it)."),
 		attempt: fs.int32Req("attempt", "`N`: the attempt number the job was claimed at."),
 		worker:  fs.str("worker", "`W`: the worker id the job was claimed by."),
+		org:     fs.uuidFlag("org", "`UUID`: the caller's organization (tenant); a job of another scope is not found. Default: unscoped, the lease alone names the job."),
 	}
 	fs.requireFlag("job")
 	fs.requireFlag("worker")
@@ -35,7 +47,14 @@ const leaseHelp = `It is a compare-and-set on the lease: the job must be LEASED 
 this run and attempt to this worker. When it is not (the lease expired and
 another worker took the job, it was already finished, the numbers are
 wrong), nothing is written and the command exits 3; a job id that does not
-exist exits 4. Workers identify jobs by lease, so there is no --org.`
+exist exits 4. The error never names the worker holding the job.
+
+Without --org the lease alone names the job, whatever its tenant: the
+caller is trusted as a worker of the whole ledger, and a mismatch says only
+that the job exists, not its status, run or attempt. With --org the job
+must belong to that organization: a job of another scope (or of none)
+exits 4 exactly like a missing one, and a mismatch names the job's status,
+run and attempt.`
 
 var completeCmd = &command{
 	name:    "complete",
@@ -50,12 +69,13 @@ Output (--json):
 with the job fields listed in 'runledger help enqueue'.
 
 Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
-4 no such job; 1 other errors.`,
+4 no such job (in the --org scope, when given); 1 other errors.`,
 	setup: func(fs *flagSet) runFunc {
 		lease := defineLeaseFlags(fs)
 		output := fs.jsonFlag("output", "`JSON`: the job's result, any JSON value. Default: none (null).")
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			req := jobs.CompleteRequest{
+				Scope: lease.scope(),
 				JobID: **lease.job, RunNumber: *lease.run, Attempt: *lease.attempt, WorkerID: *lease.worker,
 				Output: *output,
 			}
@@ -91,7 +111,7 @@ Output (--json):
 with the job fields listed in 'runledger help enqueue'.
 
 Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
-4 no such job; 1 other errors.`,
+4 no such job (in the --org scope, when given); 1 other errors.`,
 	setup: func(fs *flagSet) runFunc {
 		lease := defineLeaseFlags(fs)
 		code := fs.str("error-code", "`C`: a short machine-readable error code, stored as last_error_code.")
@@ -100,6 +120,7 @@ Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
 		delay := fs.durationOpt("retry-delay", "`D`: how long until the retry is due, as a Go duration (0s, 30s, 5m). Default: exponential backoff.")
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			req := jobs.FailRequest{
+				Scope: lease.scope(),
 				JobID: **lease.job, RunNumber: *lease.run, Attempt: *lease.attempt, WorkerID: *lease.worker,
 				ErrorCode: *code, ErrorMessage: *message, Terminal: *terminal, RetryDelay: *delay,
 			}

@@ -36,6 +36,7 @@ var cliTests = []struct {
 	{"DefinitionsUpsert", testDefinitionsUpsert},
 	{"Enqueue", testEnqueue},
 	{"ClaimCompleteFail", testClaimCompleteFail},
+	{"FinishScope", testFinishScope},
 	{"Replay", testReplay},
 	{"JobsShow", testJobsShow},
 	{"ExitCodes", testExitCodes},
