@@ -49,12 +49,12 @@ func TestPlans(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	queries, err := Load("../../db")
+	queries, err := Load("../../../db")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(queries) == 0 {
-		t.Fatal("no generated queries found in ../../db")
+		t.Fatal("no generated queries found in ../../../db")
 	}
 	pool := testdb.New(t)
 	values := seedAuditData(t, ctx, pool)

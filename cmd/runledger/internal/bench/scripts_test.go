@@ -112,7 +112,7 @@ func pipelinedScript(qs []planaudit.Query, p scriptPath) (string, error) {
 // the library's statements (rewritten with -update), and that every script
 // the bench runs exists.
 func TestPgbenchScripts(t *testing.T) {
-	qs, err := planaudit.Load("../../db")
+	qs, err := planaudit.Load("../../../../db")
 	if err != nil {
 		t.Fatal(err)
 	}
