@@ -29,12 +29,10 @@ import (
 // batch is exactly one round trip.
 //
 // Results are read by the batch items' callbacks, which pgx runs inside
-// BatchResults.Close. (Read directly instead, a statement error leaves pgx
-// v5.7's pipeline open and the connection busy, so a pooled connection
-// would be destroyed and a caller's transaction could not even roll back;
-// read from the callbacks, the error ends the reading and Close finishes
-// the pipeline, leaving the connection in the failed transaction, ready
-// for ROLLBACK.)
+// BatchResults.Close: a statement error ends the reading and Close
+// finishes the pipeline, leaving the connection in the failed
+// transaction, ready for ROLLBACK (never busy, so a pooled connection is
+// not destroyed for it).
 
 // conn is where the operation's statements go: the caller's pgx.Tx, or a
 // pooled connection (*pgxpool.Conn) whose transaction SucceededJob runs by
