@@ -3,6 +3,9 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -51,7 +54,13 @@ type killPoint struct {
 	// lostReply: instead of a kill, the proxy swallows the reply to
 	// COMMIT, which has landed.
 	lostReply bool
-	want      failure
+	// afterResult (with waitOn): the operation runs through a proxy that
+	// records the server's replies, and the test checks that the kill
+	// came after the insert's result: the connection's command tags are
+	// exactly these, the last the insert's, and the termination (57P01)
+	// follows it, with no COMMIT tag.
+	afterResult []string
+	want        failure
 }
 
 var gateKey int64 = 0x726c6761 // "rlga"
@@ -78,12 +87,19 @@ var ownedReplayKillPoints = []killPoint{
 	{name: "after the source lock", hook: failpoint.ReplayAfterSourceLock, want: failTransient},
 	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
 	// SucceededJob sends the insert and COMMIT in one batch; both
-	// failpoints fire just before it, the server reports the termination
-	// against the insert, so COMMIT provably never ran: transient, not
-	// commit-unconfirmed.
-	{name: "after the insert", hook: failpoint.ReplayAfterInsert, want: failTransient},
-	{name: "just before COMMIT", hook: failpoint.TxnBeforeCommit, want: failTransient},
-	{name: "while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory", want: failCommitUnconfirmed},
+	// failpoints fire just before it is sent, the server reports the
+	// termination against the insert, so COMMIT provably never ran:
+	// transient, not commit-unconfirmed.
+	{name: "before the insert batch, at ReplayAfterInsert", hook: failpoint.ReplayAfterInsert, want: failTransient},
+	{name: "before the insert batch, at TxnBeforeCommit", hook: failpoint.TxnBeforeCommit, want: failTransient},
+	// The insert has run and its result is on its way; COMMIT, right
+	// behind it in the batch, waits in the deferred trigger when the
+	// backend is killed: the COMMIT failed, its fate unknown to the caller.
+	{name: "after the insert result, while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory",
+		// BEGIN and the first lookup; the lock batch (lock, second lookup,
+		// classification); the insert, one row.
+		afterResult: []string{"BEGIN", "SELECT 1", "SELECT 1", "SELECT 0", "SELECT 0", "SELECT 1"},
+		want:        failCommitUnconfirmed},
 	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},
 }
 
@@ -462,9 +478,18 @@ func runToKillPoint(t *testing.T, ctx context.Context, e *env, kp killPoint, loc
 	var pool *pgxpool.Pool
 	var app string
 	var proxy *pgproxy.Proxy
-	if kp.lostReply {
+	var mu sync.Mutex
+	var replies []pgproxy.Message
+	switch {
+	case kp.lostReply:
 		proxy, pool, app = e.proxied(nil)
-	} else {
+	case kp.afterResult != nil:
+		_, pool, app = e.proxied(func(m pgproxy.Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			replies = append(replies, m)
+		})
+	default:
 		pool, app = e.target(nil)
 	}
 	tctx, tag := tagged(ctx)
@@ -486,6 +511,40 @@ func runToKillPoint(t *testing.T, ctx context.Context, e *env, kp killPoint, loc
 		e.kill(e.waitingPID(app, kp.lockType))
 		err := <-done
 		release()
+		if kp.afterResult != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			checkKilledAfterResult(t, replies, kp.afterResult)
+		}
 		return pool, err
+	}
+}
+
+// checkKilledAfterResult fails unless the command tags the server sent on
+// the connection are exactly tags and the termination's ErrorResponse
+// (57P01) is the last message, after the last command's CommandComplete
+// with nothing but the next statement's start in between: that command's
+// result was sent before the kill, and nothing after it completed.
+func checkKilledAfterResult(t testing.TB, replies []pgproxy.Message, tags []string) {
+	t.Helper()
+	var got []string
+	for _, m := range replies {
+		if m.Tag() != "" {
+			got = append(got, m.Tag())
+		}
+	}
+	if !reflect.DeepEqual(got, tags) {
+		t.Fatalf("command tags %q, want %q", got, tags)
+	}
+	end := len(replies) - 1
+	if end < 1 || replies[end].SQLState() != "57P01" {
+		t.Fatalf("the connection did not end with the termination (57P01)")
+	}
+	// In between, only the next statement's start: ParseComplete,
+	// BindComplete, NoData (its Describe), or a notice.
+	for i := end - 1; i >= 0 && replies[i].Type != 'C'; i-- {
+		if !strings.ContainsRune("12nN", rune(replies[i].Type)) {
+			t.Fatalf("between the last command's result and the termination came a %c message", replies[i].Type)
+		}
 	}
 }
