@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -144,7 +145,7 @@ func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 	second := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](3), ExecutionResourceKey: "r"})
 	live := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](1)})
 	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{})
-	if !sameIDs(testdb.IDs(got), []uuid.UUID{first.ID, live.ID}) {
+	if !slices.Equal(testdb.IDs(got), []uuid.UUID{first.ID, live.ID}) {
 		t.Fatalf("claimed %v, want %s (holding key r) and %s", testdb.IDs(got), first.ID, live.ID)
 	}
 	l := got[0]

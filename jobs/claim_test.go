@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -28,7 +29,7 @@ func TestClaimOrderIsPriorityThenDueTimeThenAge(t *testing.T) {
 	}
 	rest := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
 	want := []uuid.UUID{younger.ID, laterDue.ID, low.ID}
-	if !sameIDs(testdb.IDs(rest), want) {
+	if !slices.Equal(testdb.IDs(rest), want) {
 		t.Fatalf("rest claimed in order %v, want %v", testdb.IDs(rest), want)
 	}
 }
@@ -52,7 +53,7 @@ func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
 	// Were the claim to wait for the held row, it would block until the
 	// test's deadline; SKIP LOCKED returns at once without it.
 	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
-	if !sameIDs(testdb.IDs(got), []uuid.UUID{free.ID}) {
+	if !slices.Equal(testdb.IDs(got), []uuid.UUID{free.ID}) {
 		t.Fatalf("claimed %v while %s was locked, want only %s", testdb.IDs(got), held.ID, free.ID)
 	}
 
@@ -90,7 +91,7 @@ func TestClaimFiltersByJobTypes(t *testing.T) {
 	sort.Slice(gotIDs, func(i, j int) bool { return gotIDs[i].String() < gotIDs[j].String() })
 	want := []uuid.UUID{sms.ID, push.ID}
 	sort.Slice(want, func(i, j int) bool { return want[i].String() < want[j].String() })
-	if !sameIDs(gotIDs, want) {
+	if !slices.Equal(gotIDs, want) {
 		t.Fatalf("claimed %v for types sms and push, want %v", gotIDs, want)
 	}
 	// No types means every type.
@@ -145,7 +146,7 @@ func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
 	if typ != "LEASED" || attempt == nil || *attempt != 1 || payload["worker_id"] != "w-7" {
 		t.Fatalf("last event = %s attempt %v payload %v, want LEASED attempt 1 by w-7", typ, attempt, payload)
 	}
-	if ev := testdb.EventTypes(t, pool, j.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
+	if ev := testdb.EventTypes(t, pool, j.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED"}) {
 		t.Fatalf("events = %v", ev)
 	}
 
@@ -169,7 +170,7 @@ func TestClaimHoldsOneLeasePerExecutionResource(t *testing.T) {
 	// Both keyed jobs are candidates of one batch; only the first in claim
 	// order takes the key.
 	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
-	if !sameIDs(testdb.IDs(got), []uuid.UUID{first.ID, unrelated.ID}) {
+	if !slices.Equal(testdb.IDs(got), []uuid.UUID{first.ID, unrelated.ID}) {
 		t.Fatalf("first claim = %v, want %s (holds printer-1) and the unkeyed %s", testdb.IDs(got), first.ID, unrelated.ID)
 	}
 	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims WHERE resource_key = 'printer-1' AND job_id = $1 AND attempt = 1`, first.ID); n != 1 {

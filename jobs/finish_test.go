@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	}
 	_, err := jobs.Complete(ctx, pool, good)
 	wantCode(t, err, runledger.ErrLeaseMismatch)
-	if ev := testdb.EventTypes(t, pool, l.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED", "SUCCEEDED"}) {
+	if ev := testdb.EventTypes(t, pool, l.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED", "SUCCEEDED"}) {
 		t.Fatalf("events = %v, want one SUCCEEDED", ev)
 	}
 }
@@ -198,7 +199,7 @@ func TestFailUntilAttemptsSpentDeadLetters(t *testing.T) {
 		t.Fatalf("after the last attempt failed: %s finished %v, want DEAD_LETTERED and finished", last.Status, last.FinishedAt)
 	}
 	want := []string{"ENQUEUED", "LEASED", "RETRY_SCHEDULED", "LEASED", "DEAD_LETTERED"}
-	if ev := testdb.EventTypes(t, pool, j.ID); !sameStrings(ev, want) {
+	if ev := testdb.EventTypes(t, pool, j.ID); !slices.Equal(ev, want) {
 		t.Fatalf("events = %v, want %v", ev, want)
 	}
 	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
@@ -235,7 +236,7 @@ func TestFailRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	wantCode(t, err, runledger.ErrLeaseMismatch)
 	_, err = jobs.Fail(ctx, pool, jobs.FailRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
 	wantCode(t, err, runledger.ErrJobNotFound)
-	if ev := testdb.EventTypes(t, pool, l.ID); !sameStrings(ev, []string{"ENQUEUED", "LEASED"}) {
+	if ev := testdb.EventTypes(t, pool, l.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED"}) {
 		t.Fatalf("events = %v after refused failures", ev)
 	}
 }

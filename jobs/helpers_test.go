@@ -39,30 +39,6 @@ func claimOnly(t *testing.T, ctx context.Context, pool *pgxpool.Pool, want uuid.
 	return got[0]
 }
 
-func sameIDs(a, b []uuid.UUID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func sameStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // lastEvent returns a job's newest event, read with test SQL.
 func lastEvent(t *testing.T, ctx context.Context, q jobs.Querier, id uuid.UUID) (typ string, attempt *int32, payload map[string]any, occurred time.Time) {
 	t.Helper()

@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -253,18 +254,18 @@ func TestListPagesNewestFirstWithinScope(t *testing.T) {
 		before = p.Next
 	}
 	want := []uuid.UUID{global[4], global[3], global[2], global[1], global[0]}
-	if !sameIDs(got, want) || pages != 3 {
+	if !slices.Equal(got, want) || pages != 3 {
 		t.Fatalf("global pages gave %v in %d pages, want %v in 3", got, pages, want)
 	}
 	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Organization(org), Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{orgJobs[1], orgJobs[0]}) || p.Next != nil {
+	if !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{orgJobs[1], orgJobs[0]}) || p.Next != nil {
 		t.Fatalf("org page = %v next %v", testdb.IDs(p.Jobs), p.Next)
 	}
 	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Organization(org), Limit: 1, Before: &jobs.Cursor{CreatedAt: p.Jobs[0].CreatedAt, ID: p.Jobs[0].ID}})
-	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{orgJobs[0]}) {
+	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{orgJobs[0]}) {
 		t.Fatalf("org page after cursor = %v, %v", testdb.IDs(p.Jobs), err)
 	}
 }
@@ -279,11 +280,11 @@ func TestListByStatus(t *testing.T) {
 	globalDone := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{})
 
 	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: scope, Status: testdb.Ptr(runledger.JobStatusSucceeded), Limit: 10})
-	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{done.ID}) || p.Next != nil {
+	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{done.ID}) || p.Next != nil {
 		t.Fatalf("org SUCCEEDED = %v next %v, %v", testdb.IDs(p.Jobs), p.Next, err)
 	}
 	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: testdb.Ptr(runledger.JobStatusSucceeded), Limit: 10})
-	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{globalDone.ID}) {
+	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{globalDone.ID}) {
 		t.Fatalf("global SUCCEEDED = %v, %v", testdb.IDs(p.Jobs), err)
 	}
 	p, err = jobs.List(ctx, pool, jobs.ListRequest{Scope: runledger.Global(), Status: testdb.Ptr(runledger.JobStatusPending), Limit: 10})
@@ -301,15 +302,15 @@ func TestListAllAcrossScopes(t *testing.T) {
 	c := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(uuid.New())})
 
 	p, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 2})
-	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{c.ID, b.ID}) || p.Next == nil {
+	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{c.ID, b.ID}) || p.Next == nil {
 		t.Fatalf("first page = %v next %v, %v", testdb.IDs(p.Jobs), p.Next, err)
 	}
 	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 2, Before: p.Next})
-	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{a.ID}) || p.Next != nil {
+	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{a.ID}) || p.Next != nil {
 		t.Fatalf("second page = %v next %v, %v", testdb.IDs(p.Jobs), p.Next, err)
 	}
 	p, err = jobs.ListAll(ctx, pool, jobs.ListAllRequest{JobType: "email", Status: testdb.Ptr(runledger.JobStatusPending), Limit: 10})
-	if err != nil || !sameIDs(testdb.IDs(p.Jobs), []uuid.UUID{c.ID, a.ID}) {
+	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{c.ID, a.ID}) {
 		t.Fatalf("email PENDING = %v, %v", testdb.IDs(p.Jobs), err)
 	}
 }
