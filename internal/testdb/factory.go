@@ -15,7 +15,9 @@ import (
 // Factories: ledger states for tests to start from. Seed and DefineType
 // write rows with test SQL (a state as it lies in the tables, with no
 // events, whatever the library would have done); Define, Enqueue, Claim,
-// Leased and LeaseJob go through package jobs, as an application would.
+// Leased and LeaseJob go through package jobs, as an application would, and
+// CompleteRequest and FailRequest build the requests that finish a leased
+// job.
 
 // Ptr returns a pointer to a copy of v, for the optional fields of requests.
 func Ptr[T any](v T) *T { return &v }
@@ -155,16 +157,6 @@ func CompleteRequest(j runledger.Job) jobs.CompleteRequest {
 func FailRequest(j runledger.Job) jobs.FailRequest {
 	return jobs.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID,
 		ErrorCode: "smtp.down", ErrorMessage: "connection refused"}
-}
-
-// Complete completes a leased job through jobs.Complete.
-func Complete(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.CompleteRequest) runledger.Job {
-	t.Helper()
-	j, err := jobs.Complete(ctx, pool, req)
-	if err != nil {
-		t.Fatalf("Complete: %v", err)
-	}
-	return j
 }
 
 // IDs returns the jobs' ids in order.

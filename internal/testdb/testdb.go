@@ -26,6 +26,13 @@
 // schema versions and the databases of test runs that crashed stay behind:
 // they are named runledger_tmpl_* and rl_test_*, and can be dropped by hand
 // when no tests are running.
+//
+// Beside databases, testdb holds what every package's tests share: test SQL
+// that fails the test on error (Exec, Scalar, Column, Count, EventTypes),
+// ledger states to start from, written in SQL (DefineType, Seed) or through
+// package jobs (Define, Enqueue, Claim, Leased), waits on catalog
+// state (WaitFor) and outcome checks (MustReplayed). It is tooling: no
+// library package imports it.
 package testdb
 
 import (
