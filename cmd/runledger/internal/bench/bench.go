@@ -120,6 +120,9 @@ type Options struct {
 	// Pgbench is the pgbench binary; empty: next to the server binaries
 	// (package pgtemp finds them), else on PATH.
 	Pgbench string
+	// Anchors are other clients run beside the Go client, on the same
+	// databases in the same rotation, for comparison (see Anchor).
+	Anchors []Anchor
 	// Progress receives a progress line while a run goes on, and setup
 	// messages; nil discards them. ProgressTTY rewrites the line in place.
 	Progress    io.Writer
@@ -140,10 +143,13 @@ type Result struct {
 	HeldMS  float64 `json:"held_ms,omitempty"`
 	Path    Path    `json:"path"`
 	Client  string  `json:"client"`
-	Clients int     `json:"clients"`
-	Seconds float64 `json:"seconds"`
-	Ops     int64   `json:"ops"`
-	Errors  int64   `json:"errors"`
+	// Operation is an anchor's operation compared with Path (empty for
+	// the bench's own clients).
+	Operation string  `json:"operation,omitempty"`
+	Clients   int     `json:"clients"`
+	Seconds   float64 `json:"seconds"`
+	Ops       int64   `json:"ops"`
+	Errors    int64   `json:"errors"`
 	// FirstError describes the first failed or unexpected operation.
 	FirstError string `json:"first_error,omitempty"`
 	// PerSecond is operations per second; the latencies are in
@@ -183,6 +189,8 @@ type Settings struct {
 	Pgbench  bool     `json:"compare_pgbench"`
 	// CancelableContext: the Go calls got a cancelable context.
 	CancelableContext bool `json:"cancelable_context"`
+	// Anchors names the anchors that ran (Result.Client of their runs).
+	Anchors []string `json:"anchors,omitempty"`
 }
 
 // serverSettings are the settings of the throwaway servers besides
@@ -207,6 +215,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Settings = Settings{Sources: opts.Sources, Clients: opts.Clients, Duration: opts.Duration.String(),
 		Warmup: opts.Warmup.String(), Rounds: opts.Rounds, Pgbench: opts.ComparePgbench,
 		CancelableContext: opts.CancelableContext}
+	for _, a := range opts.Anchors {
+		rep.Settings.Anchors = append(rep.Settings.Anchors, a.Name())
+	}
 	for _, d := range opts.AddedRTT {
 		rep.Settings.AddedRTT = append(rep.Settings.AddedRTT, d.String())
 	}
@@ -332,6 +343,9 @@ func (b *runner) onServer(ctx context.Context, rep *Report, kind string, srv *pg
 			if err := prepare(ctx, b.opts.DatabaseURL, n, b.logf); err != nil {
 				return err
 			}
+			if err := b.prepareAnchors(ctx, b.opts.DatabaseURL, n); err != nil {
+				return err
+			}
 			if err := b.onDatabases(ctx, rep, kind, []seeded{{n, b.opts.DatabaseURL}}); err != nil {
 				return err
 			}
@@ -349,6 +363,9 @@ func (b *runner) onServer(ctx context.Context, rep *Report, kind string, srv *pg
 		dbURL := srv.URL(name)
 		b.logf("%s server: seeding %d sources", kind, n)
 		if err := prepare(ctx, dbURL, n, b.logf); err != nil {
+			return err
+		}
+		if err := b.prepareAnchors(ctx, dbURL, n); err != nil {
 			return err
 		}
 		dbs = append(dbs, seeded{n, dbURL})
@@ -435,6 +452,11 @@ func (b *runner) matrix(ctx context.Context, rep *Report, kind string, dbs []see
 	if b.opts.ComparePgbench {
 		clientsOrder = append(clientsOrder, ClientPgbenchReference, ClientPgbenchPipelined)
 	}
+	anchors := map[string]Anchor{}
+	for _, a := range b.opts.Anchors {
+		anchors[a.Name()] = a
+		clientsOrder = append(clientsOrder, a.Name())
+	}
 	type cell struct {
 		n      int
 		client string
@@ -456,10 +478,16 @@ func (b *runner) matrix(ctx context.Context, rep *Report, kind string, dbs []see
 							lat []time.Duration
 							err error
 						)
-						switch client {
-						case ClientGo:
+						switch a := anchors[client]; {
+						case a != nil:
+							var ran bool
+							res, lat, ran, err = b.runAnchor(ctx, a, db.url, base)
+							if err == nil && !ran {
+								continue
+							}
+						case client == ClientGo:
 							res, lat, err = b.runGo(ctx, db.url, base)
-						case ClientPgbenchReference:
+						case client == ClientPgbenchReference:
 							res, lat, err = b.runPgbench(ctx, db.url, base, styleReference)
 						default:
 							res, lat, err = b.runPgbench(ctx, db.url, base, stylePipelined)
@@ -477,7 +505,9 @@ func (b *runner) matrix(ctx context.Context, rep *Report, kind string, dbs []see
 			}
 			for _, db := range dbs {
 				for _, client := range clientsOrder {
-					rep.Results = append(rep.Results, acc[cell{db.n, client}].result())
+					if a := acc[cell{db.n, client}]; a != nil {
+						rep.Results = append(rep.Results, a.result())
+					}
 				}
 			}
 		}
@@ -586,6 +616,22 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 	if b.opts.CancelableContext {
 		callCtx = ctx
 	}
+	return b.drive(ctx, res, "go-", func(n int64, key string) error {
+		req := request(base.Path, base.Sources, n, key)
+		out, err := replay.SucceededJob(callCtx, pool, req)
+		if err == nil && !expected(base.Path, out) {
+			err = fmt.Errorf("unexpected outcome %T %+v", out, out)
+		}
+		return err
+	})
+}
+
+// drive runs op from res.Clients goroutines for the warmup and then the
+// measured duration, and returns res completed with the counts, rates
+// and the latencies of the measured operations that succeeded. op gets a
+// source drawn at random from 1..res.Sources and a key unique within the
+// run (beginning with prefix).
+func (b *runner) drive(ctx context.Context, res Result, prefix string, op func(n int64, key string) error) (Result, []time.Duration, error) {
 	runID := randomHex(4)
 	start := time.Now()
 	measureFrom := start.Add(b.opts.Warmup)
@@ -594,14 +640,14 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 		ops, errs atomic.Int64
 		firstErr  atomic.Value
 		wg        sync.WaitGroup
-		lat       = make([][]time.Duration, base.Clients)
+		lat       = make([][]time.Duration, res.Clients)
 	)
 	stop := b.showProgress(res, start, measureFrom, end, &ops)
 	if b.proxy != nil {
 		resetAt := time.AfterFunc(time.Until(measureFrom), b.proxy.ResetHeld)
 		defer resetAt.Stop()
 	}
-	for w := 0; w < base.Clients; w++ {
+	for w := 0; w < res.Clients; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
@@ -612,18 +658,14 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 				if t0.After(end) || ctx.Err() != nil {
 					break
 				}
-				n := 1 + rng.Int64N(int64(base.Sources))
-				req := request(base.Path, base.Sources, n, "go-"+runID+"-"+strconv.Itoa(w)+"-"+strconv.Itoa(seq))
-				out, err := replay.SucceededJob(callCtx, pool, req)
+				n := 1 + rng.Int64N(int64(res.Sources))
+				err := op(n, prefix+runID+"-"+strconv.Itoa(w)+"-"+strconv.Itoa(seq))
 				d := time.Since(t0)
 				if t0.Before(measureFrom) {
 					continue
 				}
-				if err != nil || !expected(base.Path, out) {
+				if err != nil {
 					errs.Add(1)
-					if err == nil {
-						err = fmt.Errorf("unexpected outcome %T %+v", out, out)
-					}
 					firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}

@@ -53,7 +53,7 @@ func serverTitle(kind string) string {
 }
 
 // Text writes the report as tables: per server, seed size and added
-// latency, every run; then the ratios Go/pgbench; then, when runs with an
+// latency, every run; then the ratios Go/pgbench and Go/anchor; then, when runs with an
 // added latency have a direct counterpart, the latency bound; and, with
 // several seed sizes, the growth of p50.
 func (r *Report) Text(w io.Writer) {
@@ -74,8 +74,12 @@ func (r *Report) Text(w io.Writer) {
 			if res.Proxied {
 				held = fmt.Sprintf("%.3f", res.HeldMS)
 			}
+			client := res.Client
+			if res.Operation != "" {
+				client += " " + res.Operation
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\t\n",
-				res.Path, res.Clients, res.Client, res.RoundTrips, res.PerSecond, res.P50, res.P95, res.P99, res.Errors, held)
+				res.Path, res.Clients, client, res.RoundTrips, res.PerSecond, res.P50, res.P95, res.P99, res.Errors, held)
 		}
 		tw.Flush()
 		for _, res := range r.Results {
@@ -84,6 +88,7 @@ func (r *Report) Text(w io.Writer) {
 			}
 		}
 		r.ratios(w, k)
+		r.anchorRatios(w, k)
 	}
 	r.latencyBound(w)
 	r.growth(w)
