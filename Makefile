@@ -5,6 +5,9 @@ GO    ?= go
 SQLC  := $(GO) tool -modfile=tools/go.mod sqlc
 STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 FUZZTIME ?= 10s
+# The River comparison: a module of its own, so that River is never a
+# dependency of the library or of the runledger command.
+RIVER_BENCH := cmd/runledger/internal/bench/river
 SOAK_DURATION ?= 10m
 
 .DEFAULT_GOAL := help
@@ -48,14 +51,16 @@ soak: ## Soak (not in CI): 16 clients for SOAK_DURATION (default 10m) on a durab
 	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION)
 
 .PHONY: lint
-lint: ## go vet plus the pinned staticcheck
+lint: ## go vet plus the pinned staticcheck (and go vet of the River comparison module)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd $(RIVER_BENCH) && $(GO) vet ./...
 
 .PHONY: bench
-bench: ## Go benchmarks, then runledger bench against pgbench
+bench: ## Go benchmarks, runledger bench against pgbench, then replay beside River
 	$(GO) test -run '^$$' -bench . -benchmem ./replay/
 	$(GO) run ./cmd/runledger bench --compare-pgbench
+	cd $(RIVER_BENCH) && $(GO) run .
 
 .PHONY: demo
 demo: ## Run the demo on a throwaway local PostgreSQL

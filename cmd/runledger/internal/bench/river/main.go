@@ -1,0 +1,92 @@
+// Command river runs the replay bench beside River, on one throwaway
+// durable PostgreSQL server in one run: replay.SucceededJob on the
+// inserted and existing paths (the engine of `runledger bench`), and
+// River's Client.Insert of one job and Client.JobRetry of a waiting job
+// (River migrated with rivermigrate into the same database), with the same
+// clients, warmup and duration, in rotating order; then the ratios
+// replay/River. It is a module of its own so that River never becomes a
+// dependency of the library or of the runledger command; `make bench`
+// runs it.
+//
+//	go run . [-clients 1,16] [-sources 10000] [-duration 5s] [-warmup 1s] [-rounds 1] [-json]
+//
+// -database-url (or DATABASE_URL) runs on that database instead of a
+// throwaway server: it is migrated, the bench's rows replaced, and River's
+// tables created and its jobs table emptied.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("river", flag.ContinueOnError)
+	clients := fs.String("clients", "1,16", "concurrent clients, a comma-separated list")
+	sources := fs.Int("sources", 10_000, "succeeded sources (and River jobs) to seed")
+	duration := fs.Duration("duration", 5*time.Second, "measured time per run, whole seconds")
+	warmup := fs.Duration("warmup", time.Second, "unmeasured load before each run")
+	rounds := fs.Int("rounds", 1, "repeat each run, rotating the order of replay and River")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to run on instead of a throwaway durable server")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	opts := bench.Options{
+		DatabaseURL: *dbURL,
+		Servers:     []string{bench.ServerDurable},
+		Sources:     []int{*sources},
+		Paths:       []bench.Path{bench.Inserted, bench.Existing},
+		Duration:    *duration,
+		Warmup:      *warmup,
+		Rounds:      *rounds,
+		Anchors:     []bench.Anchor{newRiverAnchor()},
+		Progress:    os.Stderr,
+	}
+	if st, err := os.Stderr.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+		opts.ProgressTTY = true
+	}
+	for _, s := range strings.Split(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "river: -clients: %v\n", err)
+			return 2
+		}
+		opts.Clients = append(opts.Clients, n)
+	}
+	if *duration < time.Second || *warmup < 0 || *rounds < 1 || *sources < 1 {
+		fmt.Fprintln(os.Stderr, "river: -duration must be at least 1s, -warmup not negative, -rounds and -sources positive")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.Run(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "river: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(os.Stderr, "river: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	rep.Text(os.Stdout)
+	return 0
+}
