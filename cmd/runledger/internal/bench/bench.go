@@ -4,7 +4,9 @@
 // path (inserted, existing, mismatch, not_found), and reports throughput
 // and latency percentiles; optionally it runs the same work from pgbench,
 // the reference protocol (one statement per round trip) and this project's
-// pipelined protocol, against the same database, and reports the ratios.
+// pipelined protocol, against the same database, and reports the ratios;
+// and it runs the anchors a caller passes (another system's comparable
+// calls, see Anchor) in the same rotation.
 //
 // It is tooling: the seeding and the pgbench scripts hold SQL of their own.
 // The library's statements run only through package replay.
