@@ -9,13 +9,13 @@ import (
 	"context"
 )
 
-const jobDefinitionGet = `-- name: JobDefinitionGet :one
+const jobDefinitionGetByJobType = `-- name: JobDefinitionGetByJobType :one
 SELECT job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at FROM job_definitions WHERE job_type = $1
 `
 
-// JobDefinitionGet reads one job type's definition. No lock.
-func (q *Queries) JobDefinitionGet(ctx context.Context, db DBTX, jobType string) (JobDefinition, error) {
-	row := db.QueryRow(ctx, jobDefinitionGet, jobType)
+// JobDefinitionGetByJobType reads one job type's definition. No lock.
+func (q *Queries) JobDefinitionGetByJobType(ctx context.Context, db DBTX, jobType string) (JobDefinition, error) {
+	row := db.QueryRow(ctx, jobDefinitionGetByJobType, jobType)
 	var i JobDefinition
 	err := row.Scan(
 		&i.JobType,

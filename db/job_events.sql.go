@@ -63,7 +63,7 @@ func (q *Queries) JobEventListForJob(ctx context.Context, db DBTX, arg JobEventL
 	return items, nil
 }
 
-const jobEventListNewest = `-- name: JobEventListNewest :many
+const jobEventListNewestForJob = `-- name: JobEventListNewestForJob :many
 SELECT job_events.id, job_events.job_id, job_events.run_number, job_events.attempt, job_events.event_type, job_events.stage, job_events.progress_done, job_events.progress_total, job_events.payload, job_events.occurred_at
 FROM job_events
 JOIN job_queue ON job_queue.id = job_events.job_id
@@ -73,27 +73,27 @@ ORDER BY job_events.id DESC
 LIMIT $3
 `
 
-type JobEventListNewestParams struct {
+type JobEventListNewestForJobParams struct {
 	JobID          uuid.UUID
 	OrganizationID *uuid.UUID
 	MaxEvents      int32
 }
 
-type JobEventListNewestRow struct {
+type JobEventListNewestForJobRow struct {
 	JobEvent JobEvent
 }
 
-// JobEventListNewest returns a job's newest @max_events events, newest
+// JobEventListNewestForJob returns a job's newest @max_events events, newest
 // first, only when the job is in the caller's scope. No lock.
-func (q *Queries) JobEventListNewest(ctx context.Context, db DBTX, arg JobEventListNewestParams) ([]JobEventListNewestRow, error) {
-	rows, err := db.Query(ctx, jobEventListNewest, arg.JobID, arg.OrganizationID, arg.MaxEvents)
+func (q *Queries) JobEventListNewestForJob(ctx context.Context, db DBTX, arg JobEventListNewestForJobParams) ([]JobEventListNewestForJobRow, error) {
+	rows, err := db.Query(ctx, jobEventListNewestForJob, arg.JobID, arg.OrganizationID, arg.MaxEvents)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []JobEventListNewestRow
+	var items []JobEventListNewestForJobRow
 	for rows.Next() {
-		var i JobEventListNewestRow
+		var i JobEventListNewestForJobRow
 		if err := rows.Scan(
 			&i.JobEvent.ID,
 			&i.JobEvent.JobID,

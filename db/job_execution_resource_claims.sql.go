@@ -67,16 +67,16 @@ func (q *Queries) JobResourceClaimAcquire(ctx context.Context, db DBTX, arg JobR
 	return items, nil
 }
 
-const jobResourceClaimPurgeReleased = `-- name: JobResourceClaimPurgeReleased :execrows
+const jobResourceClaimDeleteReleased = `-- name: JobResourceClaimDeleteReleased :execrows
 DELETE FROM job_execution_resource_claims
 WHERE release_after IS NOT NULL
   AND release_after <= now()
 `
 
-// JobResourceClaimPurgeReleased deletes claims whose delayed release (set
+// JobResourceClaimDeleteReleased deletes claims whose delayed release (set
 // when a job was canceled during a live lease) is due.
-func (q *Queries) JobResourceClaimPurgeReleased(ctx context.Context, db DBTX) (int64, error) {
-	result, err := db.Exec(ctx, jobResourceClaimPurgeReleased)
+func (q *Queries) JobResourceClaimDeleteReleased(ctx context.Context, db DBTX) (int64, error) {
+	result, err := db.Exec(ctx, jobResourceClaimDeleteReleased)
 	if err != nil {
 		return 0, err
 	}

@@ -114,63 +114,6 @@ func (q *Queries) JobCancel(ctx context.Context, db DBTX, arg JobCancelParams) (
 	return i, err
 }
 
-const jobClaimCandidates = `-- name: JobClaimCandidates :many
-SELECT jq.id, jq.execution_resource_key
-FROM job_queue jq
-WHERE jq.status = 'PENDING'
-  AND jq.next_run_at <= now()
-  AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
-  AND (
-      jq.execution_resource_key IS NULL
-      OR NOT EXISTS (
-          SELECT 1
-          FROM job_execution_resource_claims c
-          WHERE c.resource_key = jq.execution_resource_key
-            AND (c.release_after IS NULL OR c.release_after > now())
-      )
-  )
-ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
-LIMIT $2
-FOR UPDATE OF jq SKIP LOCKED
-`
-
-type JobClaimCandidatesParams struct {
-	JobTypes []string
-	MaxJobs  int32
-}
-
-type JobClaimCandidatesRow struct {
-	ID                   uuid.UUID
-	ExecutionResourceKey *string
-}
-
-// JobClaimCandidates picks and locks up to @max_jobs due PENDING jobs of
-// the given types (all types when the array is empty) in claim order:
-// priority high to low, then due time, then age. FOR UPDATE SKIP LOCKED:
-// rows another transaction holds (a concurrent claimer, or a replay
-// transaction holding an existing replay) are passed by, not waited on. A
-// job with an execution resource key is a candidate only while no live
-// claim holds its key.
-func (q *Queries) JobClaimCandidates(ctx context.Context, db DBTX, arg JobClaimCandidatesParams) ([]JobClaimCandidatesRow, error) {
-	rows, err := db.Query(ctx, jobClaimCandidates, arg.JobTypes, arg.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobClaimCandidatesRow
-	for rows.Next() {
-		var i JobClaimCandidatesRow
-		if err := rows.Scan(&i.ID, &i.ExecutionResourceKey); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const jobComplete = `-- name: JobComplete :one
 WITH completed AS (
     UPDATE job_queue
@@ -601,21 +544,21 @@ func (q *Queries) JobFail(ctx context.Context, db DBTX, arg JobFailParams) (JobF
 	return i, err
 }
 
-const jobGet = `-- name: JobGet :one
+const jobGetByID = `-- name: JobGetByID :one
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
 WHERE id = $1
   AND organization_id IS NOT DISTINCT FROM $2::uuid
 `
 
-type JobGetParams struct {
+type JobGetByIDParams struct {
 	ID             uuid.UUID
 	OrganizationID *uuid.UUID
 }
 
-// JobGet reads one job in the caller's exact scope (null-safe: the global
+// JobGetByID reads one job in the caller's exact scope (null-safe: the global
 // scope sees only jobs without an organization). No lock.
-func (q *Queries) JobGet(ctx context.Context, db DBTX, arg JobGetParams) (JobQueue, error) {
-	row := db.QueryRow(ctx, jobGet, arg.ID, arg.OrganizationID)
+func (q *Queries) JobGetByID(ctx context.Context, db DBTX, arg JobGetByIDParams) (JobQueue, error) {
+	row := db.QueryRow(ctx, jobGetByID, arg.ID, arg.OrganizationID)
 	var i JobQueue
 	err := row.Scan(
 		&i.ID,
@@ -648,6 +591,54 @@ func (q *Queries) JobGet(ctx context.Context, db DBTX, arg JobGetParams) (JobQue
 		&i.EnqueueRequest,
 		&i.Output,
 		&i.ExecutionResourceKey,
+	)
+	return i, err
+}
+
+const jobGetForReplayClassification = `-- name: JobGetForReplayClassification :one
+SELECT job_queue.status,
+       job_queue.run_number,
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
+       to_jsonb(job_queue) AS job
+FROM job_queue
+WHERE job_queue.id = $1
+  AND organization_id IS NOT DISTINCT FROM $2::uuid
+  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM $3::text
+`
+
+type JobGetForReplayClassificationParams struct {
+	ID             uuid.UUID
+	OrganizationID *uuid.UUID
+	LockToken      string
+}
+
+type JobGetForReplayClassificationRow struct {
+	Status          JobStatus
+	RunNumber       int32
+	WorkflowManaged bool
+	Job             []byte
+}
+
+// JobGetForReplayClassification reads the same job in the caller's
+// scope without any lock, to tell NotFound, a mismatch and a
+// workflow-managed source apart after the locking read found nothing; a
+// rejected request therefore leaves no row lock behind. It reads only when
+// the locking read of this attempt missed (runledger.replay_source_lock is
+// not @lock_token), so it can travel in the same round trip as the locking
+// read. status, run_number and workflow_managed classify; job is the whole
+// row (to_jsonb, every column under its name), decoded only for a
+// mismatch's actual job: one column rather than thirty keeps the statement
+// cheap to describe on the paths that do not need it, the insert path
+// above all, where it runs, reads nothing and still sends its row
+// description.
+func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, arg JobGetForReplayClassificationParams) (JobGetForReplayClassificationRow, error) {
+	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.ID, arg.OrganizationID, arg.LockToken)
+	var i JobGetForReplayClassificationRow
+	err := row.Scan(
+		&i.Status,
+		&i.RunNumber,
+		&i.WorkflowManaged,
+		&i.Job,
 	)
 	return i, err
 }
@@ -716,7 +707,7 @@ type JobLeaseRow struct {
 	ExecutionResourceKey *string
 }
 
-// JobLease leases the given PENDING jobs (locked by JobClaimCandidates in
+// JobLease leases the given PENDING jobs (locked by JobLockForClaim in
 // the same transaction) to a worker: attempt + 1, LEASED, stage running,
 // lease until now() + @lease_seconds; and writes one LEASED event each. A
 // job with an execution resource key must already hold its claim for this
@@ -773,141 +764,7 @@ func (q *Queries) JobLease(ctx context.Context, db DBTX, arg JobLeaseParams) ([]
 	return items, nil
 }
 
-const jobListAllPage = `-- name: JobListAllPage :many
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE $1::timestamptz IS NULL
-   OR (created_at, id) < ($1::timestamptz, $2::uuid)
-ORDER BY created_at DESC, id DESC
-LIMIT $3
-`
-
-type JobListAllPageParams struct {
-	BeforeCreatedAt *time.Time
-	BeforeID        *uuid.UUID
-	MaxJobs         int32
-}
-
-// JobListAllPage lists jobs of every scope newest first (operators only),
-// with the same cursor as JobListGlobalPage. No lock.
-func (q *Queries) JobListAllPage(ctx context.Context, db DBTX, arg JobListAllPageParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListAllPage, arg.BeforeCreatedAt, arg.BeforeID, arg.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobQueue
-	for rows.Next() {
-		var i JobQueue
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const jobListByTypeStatus = `-- name: JobListByTypeStatus :many
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE job_type = $1
-  AND status = $2
-ORDER BY created_at DESC
-LIMIT $3
-`
-
-type JobListByTypeStatusParams struct {
-	JobType string
-	Status  JobStatus
-	MaxJobs int32
-}
-
-// JobListByTypeStatus lists the newest jobs of one type in one status,
-// across scopes (operators only).
-func (q *Queries) JobListByTypeStatus(ctx context.Context, db DBTX, arg JobListByTypeStatusParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListByTypeStatus, arg.JobType, arg.Status, arg.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobQueue
-	for rows.Next() {
-		var i JobQueue
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const jobListGlobalByStatus = `-- name: JobListGlobalByStatus :many
+const jobListByStatusGlobal = `-- name: JobListByStatusGlobal :many
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
 WHERE organization_id IS NULL
   AND status = $1
@@ -915,14 +772,14 @@ ORDER BY created_at DESC
 LIMIT $2
 `
 
-type JobListGlobalByStatusParams struct {
+type JobListByStatusGlobalParams struct {
 	Status  JobStatus
 	MaxJobs int32
 }
 
-// JobListGlobalByStatus lists the newest global-scope jobs in one status.
-func (q *Queries) JobListGlobalByStatus(ctx context.Context, db DBTX, arg JobListGlobalByStatusParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListGlobalByStatus, arg.Status, arg.MaxJobs)
+// JobListByStatusGlobal lists the newest global-scope jobs in one status.
+func (q *Queries) JobListByStatusGlobal(ctx context.Context, db DBTX, arg JobListByStatusGlobalParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListByStatusGlobal, arg.Status, arg.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
@@ -972,7 +829,208 @@ func (q *Queries) JobListGlobalByStatus(ctx context.Context, db DBTX, arg JobLis
 	return items, nil
 }
 
-const jobListGlobalPage = `-- name: JobListGlobalPage :many
+const jobListByStatusOrg = `-- name: JobListByStatusOrg :many
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
+WHERE organization_id = $1
+  AND status = $2
+ORDER BY created_at DESC
+LIMIT $3
+`
+
+type JobListByStatusOrgParams struct {
+	OrganizationID *uuid.UUID
+	Status         JobStatus
+	MaxJobs        int32
+}
+
+// JobListByStatusOrg lists the newest jobs of one organization in one
+// status.
+func (q *Queries) JobListByStatusOrg(ctx context.Context, db DBTX, arg JobListByStatusOrgParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListByStatusOrg, arg.OrganizationID, arg.Status, arg.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobQueue
+	for rows.Next() {
+		var i JobQueue
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListByTypeAndStatus = `-- name: JobListByTypeAndStatus :many
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
+WHERE job_type = $1
+  AND status = $2
+ORDER BY created_at DESC
+LIMIT $3
+`
+
+type JobListByTypeAndStatusParams struct {
+	JobType string
+	Status  JobStatus
+	MaxJobs int32
+}
+
+// JobListByTypeAndStatus lists the newest jobs of one type in one status,
+// across scopes (operators only).
+func (q *Queries) JobListByTypeAndStatus(ctx context.Context, db DBTX, arg JobListByTypeAndStatusParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListByTypeAndStatus, arg.JobType, arg.Status, arg.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobQueue
+	for rows.Next() {
+		var i JobQueue
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListPageAll = `-- name: JobListPageAll :many
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
+WHERE $1::timestamptz IS NULL
+   OR (created_at, id) < ($1::timestamptz, $2::uuid)
+ORDER BY created_at DESC, id DESC
+LIMIT $3
+`
+
+type JobListPageAllParams struct {
+	BeforeCreatedAt *time.Time
+	BeforeID        *uuid.UUID
+	MaxJobs         int32
+}
+
+// JobListPageAll lists jobs of every scope newest first (operators only),
+// with the same cursor as JobListPageGlobal. No lock.
+func (q *Queries) JobListPageAll(ctx context.Context, db DBTX, arg JobListPageAllParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListPageAll, arg.BeforeCreatedAt, arg.BeforeID, arg.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobQueue
+	for rows.Next() {
+		var i JobQueue
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListPageGlobal = `-- name: JobListPageGlobal :many
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
 WHERE organization_id IS NULL
   AND ($1::timestamptz IS NULL
@@ -981,17 +1039,17 @@ ORDER BY created_at DESC, id DESC
 LIMIT $3
 `
 
-type JobListGlobalPageParams struct {
+type JobListPageGlobalParams struct {
 	BeforeCreatedAt *time.Time
 	BeforeID        *uuid.UUID
 	MaxJobs         int32
 }
 
-// JobListGlobalPage lists global-scope jobs newest first, a page at a time:
+// JobListPageGlobal lists global-scope jobs newest first, a page at a time:
 // pass the last row's (created_at, id) as the cursor for the next page, or
 // NULLs for the first. No lock.
-func (q *Queries) JobListGlobalPage(ctx context.Context, db DBTX, arg JobListGlobalPageParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListGlobalPage, arg.BeforeCreatedAt, arg.BeforeID, arg.MaxJobs)
+func (q *Queries) JobListPageGlobal(ctx context.Context, db DBTX, arg JobListPageGlobalParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListPageGlobal, arg.BeforeCreatedAt, arg.BeforeID, arg.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
@@ -1041,74 +1099,7 @@ func (q *Queries) JobListGlobalPage(ctx context.Context, db DBTX, arg JobListGlo
 	return items, nil
 }
 
-const jobListOrgByStatus = `-- name: JobListOrgByStatus :many
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE organization_id = $1
-  AND status = $2
-ORDER BY created_at DESC
-LIMIT $3
-`
-
-type JobListOrgByStatusParams struct {
-	OrganizationID *uuid.UUID
-	Status         JobStatus
-	MaxJobs        int32
-}
-
-// JobListOrgByStatus lists the newest jobs of one organization in one
-// status.
-func (q *Queries) JobListOrgByStatus(ctx context.Context, db DBTX, arg JobListOrgByStatusParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListOrgByStatus, arg.OrganizationID, arg.Status, arg.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobQueue
-	for rows.Next() {
-		var i JobQueue
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const jobListOrgPage = `-- name: JobListOrgPage :many
+const jobListPageOrg = `-- name: JobListPageOrg :many
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
 WHERE organization_id = $1
   AND ($2::timestamptz IS NULL
@@ -1117,16 +1108,16 @@ ORDER BY created_at DESC, id DESC
 LIMIT $4
 `
 
-type JobListOrgPageParams struct {
+type JobListPageOrgParams struct {
 	OrganizationID  *uuid.UUID
 	BeforeCreatedAt *time.Time
 	BeforeID        *uuid.UUID
 	MaxJobs         int32
 }
 
-// JobListOrgPage is JobListGlobalPage for one organization.
-func (q *Queries) JobListOrgPage(ctx context.Context, db DBTX, arg JobListOrgPageParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListOrgPage,
+// JobListPageOrg is JobListPageGlobal for one organization.
+func (q *Queries) JobListPageOrg(ctx context.Context, db DBTX, arg JobListPageOrgParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListPageOrg,
 		arg.OrganizationID,
 		arg.BeforeCreatedAt,
 		arg.BeforeID,
@@ -1312,6 +1303,137 @@ func (q *Queries) JobLockByIdempotencyKeyOrg(ctx context.Context, db DBTX, arg J
 		&i.JobQueue.Output,
 		&i.JobQueue.ExecutionResourceKey,
 		&i.SameRequest,
+	)
+	return i, err
+}
+
+const jobLockForClaim = `-- name: JobLockForClaim :many
+SELECT jq.id, jq.execution_resource_key
+FROM job_queue jq
+WHERE jq.status = 'PENDING'
+  AND jq.next_run_at <= now()
+  AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
+  AND (
+      jq.execution_resource_key IS NULL
+      OR NOT EXISTS (
+          SELECT 1
+          FROM job_execution_resource_claims c
+          WHERE c.resource_key = jq.execution_resource_key
+            AND (c.release_after IS NULL OR c.release_after > now())
+      )
+  )
+ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
+LIMIT $2
+FOR UPDATE OF jq SKIP LOCKED
+`
+
+type JobLockForClaimParams struct {
+	JobTypes []string
+	MaxJobs  int32
+}
+
+type JobLockForClaimRow struct {
+	ID                   uuid.UUID
+	ExecutionResourceKey *string
+}
+
+// JobLockForClaim picks and locks up to @max_jobs due PENDING jobs of
+// the given types (all types when the array is empty) in claim order:
+// priority high to low, then due time, then age. FOR UPDATE SKIP LOCKED:
+// rows another transaction holds (a concurrent claimer, or a replay
+// transaction holding an existing replay) are passed by, not waited on. A
+// job with an execution resource key is a candidate only while no live
+// claim holds its key.
+func (q *Queries) JobLockForClaim(ctx context.Context, db DBTX, arg JobLockForClaimParams) ([]JobLockForClaimRow, error) {
+	rows, err := db.Query(ctx, jobLockForClaim, arg.JobTypes, arg.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobLockForClaimRow
+	for rows.Next() {
+		var i JobLockForClaimRow
+		if err := rows.Scan(&i.ID, &i.ExecutionResourceKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobLockForReplay = `-- name: JobLockForReplay :one
+WITH locked AS MATERIALIZED (
+    SELECT id, run_number, job_type, execution_resource_key,
+           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+    FROM job_queue
+    WHERE job_queue.id = $2
+      AND organization_id IS NOT DISTINCT FROM $3::uuid
+      AND status = 'SUCCEEDED'
+      AND run_number = $4
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+    FOR NO KEY UPDATE
+)
+SELECT locked.id,
+       locked.run_number,
+       locked.job_type,
+       locked.execution_resource_key,
+       locked.workflow_managed,
+       set_config('runledger.replay_source_lock', $1::text, true) AS lock_token
+FROM locked
+`
+
+type JobLockForReplayParams struct {
+	LockToken         string
+	ID                uuid.UUID
+	OrganizationID    *uuid.UUID
+	ExpectedRunNumber int32
+}
+
+type JobLockForReplayRow struct {
+	ID                   uuid.UUID
+	RunNumber            int32
+	JobType              string
+	ExecutionResourceKey *string
+	WorkflowManaged      bool
+	LockToken            string
+}
+
+// JobLockForReplay locks the source of a replay FOR NO KEY
+// UPDATE, but only while it is eligible: in the caller's exact scope,
+// SUCCEEDED at the expected run and owned by no workflow step. NO KEY
+// UPDATE because replay never changes the source's key: the lineage insert's
+// foreign-key check takes KEY SHARE on the source, which composes with it,
+// while two replays of one source serialize here. Under READ COMMITTED a
+// waiter re-checks the conditions on the newest row version.
+// workflow_managed is returned so the caller can check the invariant.
+//
+// When, and only when, it returns the locked row it also records
+// @lock_token in the transaction-local setting runledger.replay_source_lock
+// (set_config(..., true): gone when the transaction ends). The statements
+// pipelined behind it in the same round trip read that marker to run only
+// on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
+// a lock, JobGetForReplayClassification after a miss. The marker is
+// set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
+// for a row the CTE's lock let through (not for a row the post-wait
+// re-check rejected).
+func (q *Queries) JobLockForReplay(ctx context.Context, db DBTX, arg JobLockForReplayParams) (JobLockForReplayRow, error) {
+	row := db.QueryRow(ctx, jobLockForReplay,
+		arg.LockToken,
+		arg.ID,
+		arg.OrganizationID,
+		arg.ExpectedRunNumber,
+	)
+	var i JobLockForReplayRow
+	err := row.Scan(
+		&i.ID,
+		&i.RunNumber,
+		&i.JobType,
+		&i.ExecutionResourceKey,
+		&i.WorkflowManaged,
+		&i.LockToken,
 	)
 	return i, err
 }

@@ -12,225 +12,7 @@ import (
 	"github.com/google/uuid"
 )
 
-const jobGetReplaySourceForClassification = `-- name: JobGetReplaySourceForClassification :one
-SELECT job_queue.status,
-       job_queue.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
-       to_jsonb(job_queue) AS job
-FROM job_queue
-WHERE job_queue.id = $1
-  AND organization_id IS NOT DISTINCT FROM $2::uuid
-  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM $3::text
-`
-
-type JobGetReplaySourceForClassificationParams struct {
-	ID             uuid.UUID
-	OrganizationID *uuid.UUID
-	LockToken      string
-}
-
-type JobGetReplaySourceForClassificationRow struct {
-	Status          JobStatus
-	RunNumber       int32
-	WorkflowManaged bool
-	Job             []byte
-}
-
-// JobGetReplaySourceForClassification reads the same job in the caller's
-// scope without any lock, to tell NotFound, a mismatch and a
-// workflow-managed source apart after the locking read found nothing; a
-// rejected request therefore leaves no row lock behind. It reads only when
-// the locking read of this attempt missed (runledger.replay_source_lock is
-// not @lock_token), so it can travel in the same round trip as the locking
-// read. status, run_number and workflow_managed classify; job is the whole
-// row (to_jsonb, every column under its name), decoded only for a
-// mismatch's actual job: one column rather than thirty keeps the statement
-// cheap to describe on the paths that do not need it, the insert path
-// above all, where it runs, reads nothing and still sends its row
-// description.
-func (q *Queries) JobGetReplaySourceForClassification(ctx context.Context, db DBTX, arg JobGetReplaySourceForClassificationParams) (JobGetReplaySourceForClassificationRow, error) {
-	row := db.QueryRow(ctx, jobGetReplaySourceForClassification, arg.ID, arg.OrganizationID, arg.LockToken)
-	var i JobGetReplaySourceForClassificationRow
-	err := row.Scan(
-		&i.Status,
-		&i.RunNumber,
-		&i.WorkflowManaged,
-		&i.Job,
-	)
-	return i, err
-}
-
-const jobInsertReplay = `-- name: JobInsertReplay :one
-WITH source AS (
-    SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
-           s.max_attempts, s.timeout_seconds, s.execution_resource_key
-    FROM job_queue s
-    JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
-    WHERE s.id = $1
-    FOR SHARE OF d
-),
-inserted AS (
-    INSERT INTO job_queue (
-        id, job_type, organization_id, payload, priority, max_attempts,
-        timeout_seconds, next_run_at, stage, execution_resource_key
-    )
-    SELECT $2, job_type, organization_id, payload, priority, max_attempts,
-           timeout_seconds, now(), 'queued', execution_resource_key
-    FROM source
-    RETURNING id, job_type, status, run_number, stage
-),
-event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
-           jsonb_strip_nulls(jsonb_build_object(
-               'job_type', inserted.job_type,
-               'replayed_from_job_id', source.id,
-               'replayed_from_run_number', source.run_number,
-               'replay_request_key', $3::text,
-               'reason', $4::text))
-    FROM inserted CROSS JOIN source
-    RETURNING id
-),
-lineage AS (
-    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, $3::text, inserted.id, $4::text
-    FROM inserted CROSS JOIN source
-    RETURNING replay_job_id
-)
-SELECT inserted.id,
-       inserted.status,
-       inserted.run_number,
-       source.id AS source_job_id,
-       source.run_number AS source_run_number,
-       (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count
-FROM inserted CROSS JOIN source
-`
-
-type JobInsertReplayParams struct {
-	SourceJobID      uuid.UUID
-	ReplayJobID      uuid.UUID
-	ReplayRequestKey string
-	Reason           string
-}
-
-type JobInsertReplayRow struct {
-	ID              uuid.UUID
-	Status          JobStatus
-	RunNumber       int32
-	SourceJobID     uuid.UUID
-	SourceRunNumber int32
-	EventCount      int64
-	LineageCount    int64
-}
-
-// JobInsertReplay creates the replay of a source the caller has locked, in
-// one statement: the new job (type, organization, payload, priority,
-// max_attempts, timeout_seconds and execution_resource_key copied from the
-// source; run 1, attempt 0, PENDING, stage queued, next_run_at now(); no
-// idempotency key, no request snapshot, nothing else copied), its single
-// ENQUEUED event carrying the provenance, and the lineage row. The job
-// type's definition must exist and be enabled; it is read FOR SHARE so a
-// concurrent definition change waits for this transaction. No row comes
-// back when the definition is missing or disabled (or the source is gone),
-// and then nothing is written. Foreign keys are checked at the end of the
-// statement, so the event and lineage may reference the job inserted beside
-// them.
-func (q *Queries) JobInsertReplay(ctx context.Context, db DBTX, arg JobInsertReplayParams) (JobInsertReplayRow, error) {
-	row := db.QueryRow(ctx, jobInsertReplay,
-		arg.SourceJobID,
-		arg.ReplayJobID,
-		arg.ReplayRequestKey,
-		arg.Reason,
-	)
-	var i JobInsertReplayRow
-	err := row.Scan(
-		&i.ID,
-		&i.Status,
-		&i.RunNumber,
-		&i.SourceJobID,
-		&i.SourceRunNumber,
-		&i.EventCount,
-		&i.LineageCount,
-	)
-	return i, err
-}
-
-const jobLockEligibleReplaySource = `-- name: JobLockEligibleReplaySource :one
-WITH locked AS MATERIALIZED (
-    SELECT id, run_number, job_type, execution_resource_key,
-           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-    FROM job_queue
-    WHERE job_queue.id = $2
-      AND organization_id IS NOT DISTINCT FROM $3::uuid
-      AND status = 'SUCCEEDED'
-      AND run_number = $4
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-    FOR NO KEY UPDATE
-)
-SELECT locked.id,
-       locked.run_number,
-       locked.job_type,
-       locked.execution_resource_key,
-       locked.workflow_managed,
-       set_config('runledger.replay_source_lock', $1::text, true) AS lock_token
-FROM locked
-`
-
-type JobLockEligibleReplaySourceParams struct {
-	LockToken         string
-	ID                uuid.UUID
-	OrganizationID    *uuid.UUID
-	ExpectedRunNumber int32
-}
-
-type JobLockEligibleReplaySourceRow struct {
-	ID                   uuid.UUID
-	RunNumber            int32
-	JobType              string
-	ExecutionResourceKey *string
-	WorkflowManaged      bool
-	LockToken            string
-}
-
-// JobLockEligibleReplaySource locks the source of a replay FOR NO KEY
-// UPDATE, but only while it is eligible: in the caller's exact scope,
-// SUCCEEDED at the expected run and owned by no workflow step. NO KEY
-// UPDATE because replay never changes the source's key: the lineage insert's
-// foreign-key check takes KEY SHARE on the source, which composes with it,
-// while two replays of one source serialize here. Under READ COMMITTED a
-// waiter re-checks the conditions on the newest row version.
-// workflow_managed is returned so the caller can check the invariant.
-//
-// When, and only when, it returns the locked row it also records
-// @lock_token in the transaction-local setting runledger.replay_source_lock
-// (set_config(..., true): gone when the transaction ends). The statements
-// pipelined behind it in the same round trip read that marker to run only
-// on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
-// a lock, JobGetReplaySourceForClassification after a miss. The marker is
-// set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
-// for a row the CTE's lock let through (not for a row the post-wait
-// re-check rejected).
-func (q *Queries) JobLockEligibleReplaySource(ctx context.Context, db DBTX, arg JobLockEligibleReplaySourceParams) (JobLockEligibleReplaySourceRow, error) {
-	row := db.QueryRow(ctx, jobLockEligibleReplaySource,
-		arg.LockToken,
-		arg.ID,
-		arg.OrganizationID,
-		arg.ExpectedRunNumber,
-	)
-	var i JobLockEligibleReplaySourceRow
-	err := row.Scan(
-		&i.ID,
-		&i.RunNumber,
-		&i.JobType,
-		&i.ExecutionResourceKey,
-		&i.WorkflowManaged,
-		&i.LockToken,
-	)
-	return i, err
-}
-
-const jobReplayGetForReplay = `-- name: JobReplayGetForReplay :one
+const jobReplayGetForReplayJob = `-- name: JobReplayGetForReplayJob :one
 SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
        jr.reason, jr.created_at
 FROM job_replays jr
@@ -239,16 +21,16 @@ WHERE jr.replay_job_id = $1
   AND source.organization_id IS NOT DISTINCT FROM $2::uuid
 `
 
-type JobReplayGetForReplayParams struct {
+type JobReplayGetForReplayJobParams struct {
 	ReplayJobID    uuid.UUID
 	OrganizationID *uuid.UUID
 }
 
-// JobReplayGetForReplay returns the lineage row of a replay job: the source
+// JobReplayGetForReplayJob returns the lineage row of a replay job: the source
 // it was made from, the run, key and reason, within the caller's scope. No
 // row when the job is not a replay or is outside the scope. No locks.
-func (q *Queries) JobReplayGetForReplay(ctx context.Context, db DBTX, arg JobReplayGetForReplayParams) (JobReplay, error) {
-	row := db.QueryRow(ctx, jobReplayGetForReplay, arg.ReplayJobID, arg.OrganizationID)
+func (q *Queries) JobReplayGetForReplayJob(ctx context.Context, db DBTX, arg JobReplayGetForReplayJobParams) (JobReplay, error) {
+	row := db.QueryRow(ctx, jobReplayGetForReplayJob, arg.ReplayJobID, arg.OrganizationID)
 	var i JobReplay
 	err := row.Scan(
 		&i.ReplayJobID,
@@ -411,6 +193,102 @@ func (q *Queries) JobReplayGetForRequestAfterSourceLock(ctx context.Context, db 
 	return i, err
 }
 
+const jobReplayInsert = `-- name: JobReplayInsert :one
+WITH source AS (
+    SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
+           s.max_attempts, s.timeout_seconds, s.execution_resource_key
+    FROM job_queue s
+    JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
+    WHERE s.id = $1
+    FOR SHARE OF d
+),
+inserted AS (
+    INSERT INTO job_queue (
+        id, job_type, organization_id, payload, priority, max_attempts,
+        timeout_seconds, next_run_at, stage, execution_resource_key
+    )
+    SELECT $2, job_type, organization_id, payload, priority, max_attempts,
+           timeout_seconds, now(), 'queued', execution_resource_key
+    FROM source
+    RETURNING id, job_type, status, run_number, stage
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
+    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
+           jsonb_strip_nulls(jsonb_build_object(
+               'job_type', inserted.job_type,
+               'replayed_from_job_id', source.id,
+               'replayed_from_run_number', source.run_number,
+               'replay_request_key', $3::text,
+               'reason', $4::text))
+    FROM inserted CROSS JOIN source
+    RETURNING id
+),
+lineage AS (
+    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.id, source.run_number, $3::text, inserted.id, $4::text
+    FROM inserted CROSS JOIN source
+    RETURNING replay_job_id
+)
+SELECT inserted.id,
+       inserted.status,
+       inserted.run_number,
+       source.id AS source_job_id,
+       source.run_number AS source_run_number,
+       (SELECT count(*) FROM event) AS event_count,
+       (SELECT count(*) FROM lineage) AS lineage_count
+FROM inserted CROSS JOIN source
+`
+
+type JobReplayInsertParams struct {
+	SourceJobID      uuid.UUID
+	ReplayJobID      uuid.UUID
+	ReplayRequestKey string
+	Reason           string
+}
+
+type JobReplayInsertRow struct {
+	ID              uuid.UUID
+	Status          JobStatus
+	RunNumber       int32
+	SourceJobID     uuid.UUID
+	SourceRunNumber int32
+	EventCount      int64
+	LineageCount    int64
+}
+
+// JobReplayInsert creates the replay of a source the caller has locked, in
+// one statement: the new job (type, organization, payload, priority,
+// max_attempts, timeout_seconds and execution_resource_key copied from the
+// source; run 1, attempt 0, PENDING, stage queued, next_run_at now(); no
+// idempotency key, no request snapshot, nothing else copied), its single
+// ENQUEUED event carrying the provenance, and the lineage row. The job
+// type's definition must exist and be enabled; it is read FOR SHARE so a
+// concurrent definition change waits for this transaction. No row comes
+// back when the definition is missing or disabled (or the source is gone),
+// and then nothing is written. Foreign keys are checked at the end of the
+// statement, so the event and lineage may reference the job inserted beside
+// them.
+func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
+	row := db.QueryRow(ctx, jobReplayInsert,
+		arg.SourceJobID,
+		arg.ReplayJobID,
+		arg.ReplayRequestKey,
+		arg.Reason,
+	)
+	var i JobReplayInsertRow
+	err := row.Scan(
+		&i.ID,
+		&i.Status,
+		&i.RunNumber,
+		&i.SourceJobID,
+		&i.SourceRunNumber,
+		&i.EventCount,
+		&i.LineageCount,
+	)
+	return i, err
+}
+
 const jobReplayListForSource = `-- name: JobReplayListForSource :many
 SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
        jr.reason, jr.created_at, replay.status AS replay_status, replay.run_number AS replay_run_number
@@ -467,19 +345,4 @@ func (q *Queries) JobReplayListForSource(ctx context.Context, db DBTX, arg JobRe
 		return nil, err
 	}
 	return items, nil
-}
-
-const transactionIsolationGet = `-- name: TransactionIsolationGet :one
-SELECT current_setting('transaction_isolation')::text AS isolation
-`
-
-// TransactionIsolationGet reports the isolation level of the current
-// transaction ("read committed", "repeatable read", ...). Callers that
-// join a caller's transaction use it to refuse levels their locking
-// protocol is not correct under.
-func (q *Queries) TransactionIsolationGet(ctx context.Context, db DBTX) (string, error) {
-	row := db.QueryRow(ctx, transactionIsolationGet)
-	var isolation string
-	err := row.Scan(&isolation)
-	return isolation, err
 }

@@ -38,6 +38,21 @@ func (q *Queries) TransactionCommit(ctx context.Context, db DBTX) (pgconn.Comman
 	return db.Exec(ctx, transactionCommit)
 }
 
+const transactionGetIsolation = `-- name: TransactionGetIsolation :one
+SELECT current_setting('transaction_isolation')::text AS isolation
+`
+
+// TransactionGetIsolation reports the isolation level of the current
+// transaction ("read committed", "repeatable read", ...). Callers that
+// join a caller's transaction use it to refuse levels their locking
+// protocol is not correct under.
+func (q *Queries) TransactionGetIsolation(ctx context.Context, db DBTX) (string, error) {
+	row := db.QueryRow(ctx, transactionGetIsolation)
+	var isolation string
+	err := row.Scan(&isolation)
+	return isolation, err
+}
+
 const transactionRollback = `-- name: TransactionRollback :exec
 ROLLBACK
 `

@@ -82,7 +82,7 @@ func cancel(ctx context.Context, q db.DBTX, req CancelRequest) (runledger.Job, e
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return runledger.Job{}, dberr.Translate(ctx, "cancel job", err)
 		}
-		actual, err := queries.JobGet(ctx, q, db.JobGetParams{ID: req.JobID, OrganizationID: org})
+		actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: req.JobID, OrganizationID: org})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return runledger.Job{}, runledger.New(runledger.ErrJobNotFound,
 				fmt.Sprintf("cancel job: job %s not found in scope %s", req.JobID, req.Scope))

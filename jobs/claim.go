@@ -96,7 +96,7 @@ func claim(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, e
 	if types == nil {
 		types = []string{} // NULL would match nothing.
 	}
-	candidates, err := queries.JobClaimCandidates(ctx, tx, db.JobClaimCandidatesParams{
+	candidates, err := queries.JobLockForClaim(ctx, tx, db.JobLockForClaimParams{
 		JobTypes: types,
 		MaxJobs:  int32(req.Limit),
 	})
@@ -151,7 +151,7 @@ func claim(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, e
 // that carry a key (one per key, the first in claim order) and reports
 // which got theirs. A key held by a live claim stays with its holder; the
 // statement waits for an uncommitted competitor for the same key first.
-func acquireResources(ctx context.Context, tx pgx.Tx, candidates []db.JobClaimCandidatesRow, workerID string, leaseSeconds float64) (map[uuid.UUID]bool, error) {
+func acquireResources(ctx context.Context, tx pgx.Tx, candidates []db.JobLockForClaimRow, workerID string, leaseSeconds float64) (map[uuid.UUID]bool, error) {
 	var keyed []uuid.UUID
 	for _, c := range candidates {
 		if c.ExecutionResourceKey != nil {

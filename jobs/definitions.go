@@ -120,7 +120,7 @@ func GetDefinition(ctx context.Context, q Querier, jobType string) (Definition, 
 	if err := validateJobType(jobType); err != nil {
 		return Definition{}, err
 	}
-	row, err := queries.JobDefinitionGet(ctx, q, jobType)
+	row, err := queries.JobDefinitionGetByJobType(ctx, q, jobType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Definition{}, runledger.New(runledger.ErrDefinitionMissing, fmt.Sprintf("no job definition for type %q", jobType))
 	}

@@ -356,7 +356,7 @@ func lockByKey(ctx context.Context, tx pgx.Tx, p db.JobEnqueueParams) (job runle
 // error rather than as a definition problem. Retrying the request resolves
 // it either way.
 func explainEmptyInsert(ctx context.Context, tx pgx.Tx, req EnqueueRequest) error {
-	def, err := queries.JobDefinitionGet(ctx, tx, req.JobType)
+	def, err := queries.JobDefinitionGetByJobType(ctx, tx, req.JobType)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !def.IsEnabled) {
 		return definitionUnavailable(req.JobType)
 	}

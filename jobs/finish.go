@@ -290,7 +290,7 @@ func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease
 			"%s job %s: the job exists but that lease is not held (%s; the job's state is shown only to a scoped request)",
 			op, want.JobID, request))
 	}
-	actual, err := queries.JobGet(ctx, q, db.JobGetParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
+	actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope))
 	}

@@ -18,7 +18,7 @@ import (
 // Get reads one job in the caller's exact scope. A job that does not exist,
 // or exists in another scope, is runledger.ErrJobNotFound. No lock.
 func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (runledger.Job, error) {
-	row, err := queries.JobGet(ctx, q, db.JobGetParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	row, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runledger.Job{}, notFound(id, scope)
 	}
@@ -35,7 +35,7 @@ func notFound(id uuid.UUID, scope runledger.Scope) error {
 // requireJob returns ErrJobNotFound unless the job exists in scope; reads
 // whose list came back empty use it to tell "nothing yet" from "no job".
 func requireJob(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) error {
-	_, err := queries.JobGet(ctx, q, db.JobGetParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return notFound(id, scope)
 	}
@@ -85,13 +85,13 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 	if err := validateLimit(limit, runledger.ErrEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
-	rs, err := queries.JobEventListNewest(ctx, q, db.JobEventListNewestParams{
+	rs, err := queries.JobEventListNewestForJob(ctx, q, db.JobEventListNewestForJobParams{
 		JobID: id, OrganizationID: scope.OrganizationIDPtr(), MaxEvents: int32(limit),
 	})
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list newest job events", err)
 	}
-	return scopedEvents(ctx, q, scope, id, rs, func(r db.JobEventListNewestRow) db.JobEvent { return r.JobEvent })
+	return scopedEvents(ctx, q, scope, id, rs, func(r db.JobEventListNewestForJobRow) db.JobEvent { return r.JobEvent })
 }
 
 // RecentEventsByType returns the newest limit (1 to MaxLimit, else
@@ -168,7 +168,7 @@ func Replays(ctx context.Context, q Querier, scope runledger.Scope, sourceID uui
 // read when there is no lineage). ReplayStatus and ReplayRunNumber are left
 // nil: read the job itself for its state. No lock.
 func ReplayedFrom(ctx context.Context, q Querier, scope runledger.Scope, replayID uuid.UUID) (*runledger.ReplayLineage, error) {
-	r, err := queries.JobReplayGetForReplay(ctx, q, db.JobReplayGetForReplayParams{
+	r, err := queries.JobReplayGetForReplayJob(ctx, q, db.JobReplayGetForReplayJobParams{
 		ReplayJobID: replayID, OrganizationID: scope.OrganizationIDPtr(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -261,15 +261,15 @@ func List(ctx context.Context, q Querier, req ListRequest) (Page, error) {
 	)
 	switch {
 	case req.Status != nil && org == nil:
-		rs, err = queries.JobListGlobalByStatus(ctx, q, db.JobListGlobalByStatusParams{Status: db.JobStatus(*req.Status), MaxJobs: limit})
+		rs, err = queries.JobListByStatusGlobal(ctx, q, db.JobListByStatusGlobalParams{Status: db.JobStatus(*req.Status), MaxJobs: limit})
 	case req.Status != nil:
-		rs, err = queries.JobListOrgByStatus(ctx, q, db.JobListOrgByStatusParams{OrganizationID: org, Status: db.JobStatus(*req.Status), MaxJobs: limit})
+		rs, err = queries.JobListByStatusOrg(ctx, q, db.JobListByStatusOrgParams{OrganizationID: org, Status: db.JobStatus(*req.Status), MaxJobs: limit})
 	case org == nil:
 		at, id := cursorArgs(req.Before)
-		rs, err = queries.JobListGlobalPage(ctx, q, db.JobListGlobalPageParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
+		rs, err = queries.JobListPageGlobal(ctx, q, db.JobListPageGlobalParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
 	default:
 		at, id := cursorArgs(req.Before)
-		rs, err = queries.JobListOrgPage(ctx, q, db.JobListOrgPageParams{OrganizationID: org, BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
+		rs, err = queries.JobListPageOrg(ctx, q, db.JobListPageOrgParams{OrganizationID: org, BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
 	}
 	if err != nil {
 		return Page{}, dberr.Translate(ctx, "list jobs", err)
@@ -322,12 +322,12 @@ func ListAll(ctx context.Context, q Querier, req ListAllRequest) (Page, error) {
 		err error
 	)
 	if req.Status != nil {
-		rs, err = queries.JobListByTypeStatus(ctx, q, db.JobListByTypeStatusParams{
+		rs, err = queries.JobListByTypeAndStatus(ctx, q, db.JobListByTypeAndStatusParams{
 			JobType: req.JobType, Status: db.JobStatus(*req.Status), MaxJobs: int32(req.Limit),
 		})
 	} else {
 		at, id := cursorArgs(req.Before)
-		rs, err = queries.JobListAllPage(ctx, q, db.JobListAllPageParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: int32(req.Limit)})
+		rs, err = queries.JobListPageAll(ctx, q, db.JobListPageAllParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: int32(req.Limit)})
 	}
 	if err != nil {
 		return Page{}, dberr.Translate(ctx, "list all jobs", err)

@@ -49,7 +49,7 @@ func recoverExpired(ctx context.Context, tx pgx.Tx, limit int) ([]runledger.Job,
 	if err != nil {
 		return nil, dberr.Translate(ctx, "recover expired job leases", err)
 	}
-	if _, err := queries.JobResourceClaimPurgeReleased(ctx, tx); err != nil {
+	if _, err := queries.JobResourceClaimDeleteReleased(ctx, tx); err != nil {
 		return nil, dberr.Translate(ctx, "purge released execution resource claims", err)
 	}
 	out := make([]runledger.Job, 0, len(recovered))

@@ -29,8 +29,8 @@ ON CONFLICT (job_type) DO UPDATE SET
         THEN 1 ELSE 0 END
 RETURNING *;
 
--- JobDefinitionGet reads one job type's definition. No lock.
--- name: JobDefinitionGet :one
+-- JobDefinitionGetByJobType reads one job type's definition. No lock.
+-- name: JobDefinitionGetByJobType :one
 SELECT * FROM job_definitions WHERE job_type = @job_type;
 
 -- JobDefinitionList lists every job type, by name. No lock.

@@ -8,9 +8,9 @@ WHERE job_events.job_id = @job_id
   AND job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
 ORDER BY job_events.run_number, job_events.id;
 
--- JobEventListNewest returns a job's newest @max_events events, newest
+-- JobEventListNewestForJob returns a job's newest @max_events events, newest
 -- first, only when the job is in the caller's scope. No lock.
--- name: JobEventListNewest :many
+-- name: JobEventListNewestForJob :many
 SELECT sqlc.embed(job_events)
 FROM job_events
 JOIN job_queue ON job_queue.id = job_events.job_id

@@ -27,9 +27,9 @@ WHERE c.release_after IS NOT NULL
   AND c.release_after <= now()
 RETURNING c.job_id;
 
--- JobResourceClaimPurgeReleased deletes claims whose delayed release (set
+-- JobResourceClaimDeleteReleased deletes claims whose delayed release (set
 -- when a job was canceled during a live lease) is due.
--- name: JobResourceClaimPurgeReleased :execrows
+-- name: JobResourceClaimDeleteReleased :execrows
 DELETE FROM job_execution_resource_claims
 WHERE release_after IS NOT NULL
   AND release_after <= now();

@@ -70,9 +70,9 @@ WHERE job_type = @job_type
   AND idempotency_key = @idempotency_key
 FOR NO KEY UPDATE;
 
--- JobGet reads one job in the caller's exact scope (null-safe: the global
+-- JobGetByID reads one job in the caller's exact scope (null-safe: the global
 -- scope sees only jobs without an organization). No lock.
--- name: JobGet :one
+-- name: JobGetByID :one
 SELECT * FROM job_queue
 WHERE id = @id
   AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
@@ -84,14 +84,14 @@ WHERE id = @id
 -- name: JobExistsAnyScope :one
 SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = @id);
 
--- JobClaimCandidates picks and locks up to @max_jobs due PENDING jobs of
+-- JobLockForClaim picks and locks up to @max_jobs due PENDING jobs of
 -- the given types (all types when the array is empty) in claim order:
 -- priority high to low, then due time, then age. FOR UPDATE SKIP LOCKED:
 -- rows another transaction holds (a concurrent claimer, or a replay
 -- transaction holding an existing replay) are passed by, not waited on. A
 -- job with an execution resource key is a candidate only while no live
 -- claim holds its key.
--- name: JobClaimCandidates :many
+-- name: JobLockForClaim :many
 SELECT jq.id, jq.execution_resource_key
 FROM job_queue jq
 WHERE jq.status = 'PENDING'
@@ -110,7 +110,7 @@ ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
 LIMIT @max_jobs
 FOR UPDATE OF jq SKIP LOCKED;
 
--- JobLease leases the given PENDING jobs (locked by JobClaimCandidates in
+-- JobLease leases the given PENDING jobs (locked by JobLockForClaim in
 -- the same transaction) to a worker: attempt + 1, LEASED, stage running,
 -- lease until now() + @lease_seconds; and writes one LEASED event each. A
 -- job with an execution resource key must already hold its claim for this
@@ -287,10 +287,10 @@ event AS (
 )
 SELECT * FROM recovered;
 
--- JobListGlobalPage lists global-scope jobs newest first, a page at a time:
+-- JobListPageGlobal lists global-scope jobs newest first, a page at a time:
 -- pass the last row's (created_at, id) as the cursor for the next page, or
 -- NULLs for the first. No lock.
--- name: JobListGlobalPage :many
+-- name: JobListPageGlobal :many
 SELECT * FROM job_queue
 WHERE organization_id IS NULL
   AND (sqlc.narg(before_created_at)::timestamptz IS NULL
@@ -298,8 +298,8 @@ WHERE organization_id IS NULL
 ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
--- JobListOrgPage is JobListGlobalPage for one organization.
--- name: JobListOrgPage :many
+-- JobListPageOrg is JobListPageGlobal for one organization.
+-- name: JobListPageOrg :many
 SELECT * FROM job_queue
 WHERE organization_id = @organization_id
   AND (sqlc.narg(before_created_at)::timestamptz IS NULL
@@ -307,37 +307,97 @@ WHERE organization_id = @organization_id
 ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
--- JobListAllPage lists jobs of every scope newest first (operators only),
--- with the same cursor as JobListGlobalPage. No lock.
--- name: JobListAllPage :many
+-- JobListPageAll lists jobs of every scope newest first (operators only),
+-- with the same cursor as JobListPageGlobal. No lock.
+-- name: JobListPageAll :many
 SELECT * FROM job_queue
 WHERE sqlc.narg(before_created_at)::timestamptz IS NULL
    OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid)
 ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
--- JobListGlobalByStatus lists the newest global-scope jobs in one status.
--- name: JobListGlobalByStatus :many
+-- JobListByStatusGlobal lists the newest global-scope jobs in one status.
+-- name: JobListByStatusGlobal :many
 SELECT * FROM job_queue
 WHERE organization_id IS NULL
   AND status = @status
 ORDER BY created_at DESC
 LIMIT @max_jobs;
 
--- JobListOrgByStatus lists the newest jobs of one organization in one
+-- JobListByStatusOrg lists the newest jobs of one organization in one
 -- status.
--- name: JobListOrgByStatus :many
+-- name: JobListByStatusOrg :many
 SELECT * FROM job_queue
 WHERE organization_id = @organization_id
   AND status = @status
 ORDER BY created_at DESC
 LIMIT @max_jobs;
 
--- JobListByTypeStatus lists the newest jobs of one type in one status,
+-- JobListByTypeAndStatus lists the newest jobs of one type in one status,
 -- across scopes (operators only).
--- name: JobListByTypeStatus :many
+-- name: JobListByTypeAndStatus :many
 SELECT * FROM job_queue
 WHERE job_type = @job_type
   AND status = @status
 ORDER BY created_at DESC
 LIMIT @max_jobs;
+
+-- JobLockForReplay locks the source of a replay FOR NO KEY
+-- UPDATE, but only while it is eligible: in the caller's exact scope,
+-- SUCCEEDED at the expected run and owned by no workflow step. NO KEY
+-- UPDATE because replay never changes the source's key: the lineage insert's
+-- foreign-key check takes KEY SHARE on the source, which composes with it,
+-- while two replays of one source serialize here. Under READ COMMITTED a
+-- waiter re-checks the conditions on the newest row version.
+-- workflow_managed is returned so the caller can check the invariant.
+--
+-- When, and only when, it returns the locked row it also records
+-- @lock_token in the transaction-local setting runledger.replay_source_lock
+-- (set_config(..., true): gone when the transaction ends). The statements
+-- pipelined behind it in the same round trip read that marker to run only
+-- on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
+-- a lock, JobGetForReplayClassification after a miss. The marker is
+-- set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
+-- for a row the CTE's lock let through (not for a row the post-wait
+-- re-check rejected).
+-- name: JobLockForReplay :one
+WITH locked AS MATERIALIZED (
+    SELECT id, run_number, job_type, execution_resource_key,
+           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
+    FROM job_queue
+    WHERE job_queue.id = @id
+      AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+      AND status = 'SUCCEEDED'
+      AND run_number = @expected_run_number
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+    FOR NO KEY UPDATE
+)
+SELECT locked.id,
+       locked.run_number,
+       locked.job_type,
+       locked.execution_resource_key,
+       locked.workflow_managed,
+       set_config('runledger.replay_source_lock', @lock_token::text, true) AS lock_token
+FROM locked;
+
+-- JobGetForReplayClassification reads the same job in the caller's
+-- scope without any lock, to tell NotFound, a mismatch and a
+-- workflow-managed source apart after the locking read found nothing; a
+-- rejected request therefore leaves no row lock behind. It reads only when
+-- the locking read of this attempt missed (runledger.replay_source_lock is
+-- not @lock_token), so it can travel in the same round trip as the locking
+-- read. status, run_number and workflow_managed classify; job is the whole
+-- row (to_jsonb, every column under its name), decoded only for a
+-- mismatch's actual job: one column rather than thirty keeps the statement
+-- cheap to describe on the paths that do not need it, the insert path
+-- above all, where it runs, reads nothing and still sends its row
+-- description.
+-- name: JobGetForReplayClassification :one
+SELECT job_queue.status,
+       job_queue.run_number,
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
+       to_jsonb(job_queue) AS job
+FROM job_queue
+WHERE job_queue.id = @id
+  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM @lock_token::text;

@@ -42,44 +42,6 @@ FROM (SELECT current_setting('transaction_isolation')::text AS isolation) AS pro
 LEFT JOIN lineage ON true
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 
--- JobLockEligibleReplaySource locks the source of a replay FOR NO KEY
--- UPDATE, but only while it is eligible: in the caller's exact scope,
--- SUCCEEDED at the expected run and owned by no workflow step. NO KEY
--- UPDATE because replay never changes the source's key: the lineage insert's
--- foreign-key check takes KEY SHARE on the source, which composes with it,
--- while two replays of one source serialize here. Under READ COMMITTED a
--- waiter re-checks the conditions on the newest row version.
--- workflow_managed is returned so the caller can check the invariant.
---
--- When, and only when, it returns the locked row it also records
--- @lock_token in the transaction-local setting runledger.replay_source_lock
--- (set_config(..., true): gone when the transaction ends). The statements
--- pipelined behind it in the same round trip read that marker to run only
--- on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
--- a lock, JobGetReplaySourceForClassification after a miss. The marker is
--- set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
--- for a row the CTE's lock let through (not for a row the post-wait
--- re-check rejected).
--- name: JobLockEligibleReplaySource :one
-WITH locked AS MATERIALIZED (
-    SELECT id, run_number, job_type, execution_resource_key,
-           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-    FROM job_queue
-    WHERE job_queue.id = @id
-      AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-      AND status = 'SUCCEEDED'
-      AND run_number = @expected_run_number
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-    FOR NO KEY UPDATE
-)
-SELECT locked.id,
-       locked.run_number,
-       locked.job_type,
-       locked.execution_resource_key,
-       locked.workflow_managed,
-       set_config('runledger.replay_source_lock', @lock_token::text, true) AS lock_token
-FROM locked;
-
 -- JobReplayGetForRequestAfterSourceLock is the second lineage lookup, run
 -- once the source is locked: JobReplayGetForRequest's lookup and locks
 -- (the replay job FOR NO KEY UPDATE only when the stored reason equals
@@ -114,29 +76,7 @@ SELECT lineage.replay_job_id,
 FROM lineage
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 
--- JobGetReplaySourceForClassification reads the same job in the caller's
--- scope without any lock, to tell NotFound, a mismatch and a
--- workflow-managed source apart after the locking read found nothing; a
--- rejected request therefore leaves no row lock behind. It reads only when
--- the locking read of this attempt missed (runledger.replay_source_lock is
--- not @lock_token), so it can travel in the same round trip as the locking
--- read. status, run_number and workflow_managed classify; job is the whole
--- row (to_jsonb, every column under its name), decoded only for a
--- mismatch's actual job: one column rather than thirty keeps the statement
--- cheap to describe on the paths that do not need it, the insert path
--- above all, where it runs, reads nothing and still sends its row
--- description.
--- name: JobGetReplaySourceForClassification :one
-SELECT job_queue.status,
-       job_queue.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
-       to_jsonb(job_queue) AS job
-FROM job_queue
-WHERE job_queue.id = @id
-  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM @lock_token::text;
-
--- JobInsertReplay creates the replay of a source the caller has locked, in
+-- JobReplayInsert creates the replay of a source the caller has locked, in
 -- one statement: the new job (type, organization, payload, priority,
 -- max_attempts, timeout_seconds and execution_resource_key copied from the
 -- source; run 1, attempt 0, PENDING, stage queued, next_run_at now(); no
@@ -148,7 +88,7 @@ WHERE job_queue.id = @id
 -- and then nothing is written. Foreign keys are checked at the end of the
 -- statement, so the event and lineage may reference the job inserted beside
 -- them.
--- name: JobInsertReplay :one
+-- name: JobReplayInsert :one
 WITH source AS (
     SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
            s.max_attempts, s.timeout_seconds, s.execution_resource_key
@@ -206,20 +146,13 @@ WHERE jr.source_job_id = @source_job_id
   AND replay.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
 ORDER BY jr.created_at, jr.replay_job_id;
 
--- JobReplayGetForReplay returns the lineage row of a replay job: the source
+-- JobReplayGetForReplayJob returns the lineage row of a replay job: the source
 -- it was made from, the run, key and reason, within the caller's scope. No
 -- row when the job is not a replay or is outside the scope. No locks.
--- name: JobReplayGetForReplay :one
+-- name: JobReplayGetForReplayJob :one
 SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
        jr.reason, jr.created_at
 FROM job_replays jr
 JOIN job_queue source ON source.id = jr.source_job_id
 WHERE jr.replay_job_id = @replay_job_id
   AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
-
--- TransactionIsolationGet reports the isolation level of the current
--- transaction ("read committed", "repeatable read", ...). Callers that
--- join a caller's transaction use it to refuse levels their locking
--- protocol is not correct under.
--- name: TransactionIsolationGet :one
-SELECT current_setting('transaction_isolation')::text AS isolation;

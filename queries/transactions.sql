@@ -18,3 +18,10 @@ COMMIT;
 -- TransactionBeginReadCommitted.
 -- name: TransactionRollback :exec
 ROLLBACK;
+
+-- TransactionGetIsolation reports the isolation level of the current
+-- transaction ("read committed", "repeatable read", ...). Callers that
+-- join a caller's transaction use it to refuse levels their locking
+-- protocol is not correct under.
+-- name: TransactionGetIsolation :one
+SELECT current_setting('transaction_isolation')::text AS isolation;

@@ -44,12 +44,12 @@ import (
 // disabled) wrote nothing; the COMMIT behind it then ends a transaction
 // that holds no writes, and pgx.ErrNoRows is returned for the caller to
 // report.
-func (s *session) insertAndCommit(ctx context.Context, req Request, params db.JobInsertReplayParams) (db.JobInsertReplayRow, error) {
+func (s *session) insertAndCommit(ctx context.Context, req Request, params db.JobReplayInsertParams) (db.JobReplayInsertRow, error) {
 	failpoint.Inject(ctx, failpoint.ReplayAfterInsert, call(req, 0))
 	failpoint.Inject(ctx, failpoint.TxnBeforeCommit, failpoint.TxnCall{Op: ownedOperation})
 	var p pipeline
-	insert := queue(&p, func(q db.DBTX) (db.JobInsertReplayRow, error) {
-		return queries.JobInsertReplay(ctx, q, params)
+	insert := queue(&p, func(q db.DBTX) (db.JobReplayInsertRow, error) {
+		return queries.JobReplayInsert(ctx, q, params)
 	})
 	commit := queue(&p, func(q db.DBTX) (pgconn.CommandTag, error) {
 		return queries.TransactionCommit(ctx, q)

@@ -193,7 +193,7 @@ func TestMismatchActualEqualsTheJobAsRead(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("outcome %T %v", out, err)
 		}
-		row, err := db.New().JobGet(ctx, pool, db.JobGetParams{ID: c.id, OrganizationID: c.scope.OrganizationIDPtr()})
+		row, err := db.New().JobGetByID(ctx, pool, db.JobGetByIDParams{ID: c.id, OrganizationID: c.scope.OrganizationIDPtr()})
 		if err != nil {
 			t.Fatal(err)
 		}

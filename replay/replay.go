@@ -264,15 +264,15 @@ func existingOutcome(req Request, found lineage) (Outcome, error) {
 
 // lockTokens numbers the attempts of the lock loop in this process; an
 // attempt's token marks, in the transaction, that its locking read took
-// the source (JobLockEligibleReplaySource). A transaction is used by one
+// the source (JobLockForReplay). A transaction is used by one
 // process, so the numbers are unique where they are compared.
 var lockTokens atomic.Uint64
 
 // lockAttempt is what one round trip of the lock loop returns.
 type lockAttempt struct {
-	locked   *db.JobLockEligibleReplaySourceRow         // nil: the locking read missed
+	locked   *db.JobLockForReplayRow         // nil: the locking read missed
 	existing *lineage                                   // second lookup; only after a lock
-	actual   *db.JobGetReplaySourceForClassificationRow // classification; only after a miss
+	actual   *db.JobGetForReplayClassificationRow // classification; only after a miss
 }
 
 // lockSource locks the source FOR NO KEY UPDATE while it is eligible (in
@@ -290,8 +290,8 @@ type lockAttempt struct {
 // lookup reads and locks nothing and the classification runs. So no
 // statement runs whose result is thrown away and that could have taken a
 // lock, which a caller's transaction would otherwise keep until it ends.
-func lockSource(ctx context.Context, s *session, req Request) (db.JobLockEligibleReplaySourceRow, Outcome, error) {
-	var none db.JobLockEligibleReplaySourceRow
+func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForReplayRow, Outcome, error) {
+	var none db.JobLockForReplayRow
 	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
 		failpoint.Inject(ctx, failpoint.ReplayBeforeSourceLock, call(req, attempt))
 		token := strconv.FormatUint(lockTokens.Add(1), 36)
@@ -354,31 +354,31 @@ func lockSource(ctx context.Context, s *session, req Request) (db.JobLockEligibl
 			req.SourceJobID, MaxSourceLockAttempts))
 }
 
-func eligible(req Request, j db.JobGetReplaySourceForClassificationRow) bool {
+func eligible(req Request, j db.JobGetForReplayClassificationRow) bool {
 	return j.Status == db.JobStatusSUCCEEDED && j.RunNumber == req.ExpectedRunNumber
 }
 
 // lockRoundTrip sends one attempt's three statements in one batch.
 func (s *session) lockRoundTrip(ctx context.Context, req Request, token string) (lockAttempt, error) {
 	org := req.Scope.OrganizationIDPtr()
-	lock := db.JobLockEligibleReplaySourceParams{
+	lock := db.JobLockForReplayParams{
 		LockToken: token, ID: req.SourceJobID, OrganizationID: org, ExpectedRunNumber: req.ExpectedRunNumber,
 	}
 	after := db.JobReplayGetForRequestAfterSourceLockParams{
 		SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber, ReplayRequestKey: req.Key,
 		OrganizationID: org, LockToken: token, Reason: req.Reason,
 	}
-	classify := db.JobGetReplaySourceForClassificationParams{ID: req.SourceJobID, OrganizationID: org, LockToken: token}
+	classify := db.JobGetForReplayClassificationParams{ID: req.SourceJobID, OrganizationID: org, LockToken: token}
 
 	var p pipeline
-	locked := queue(&p, func(q db.DBTX) (db.JobLockEligibleReplaySourceRow, error) {
-		return queries.JobLockEligibleReplaySource(ctx, q, lock)
+	locked := queue(&p, func(q db.DBTX) (db.JobLockForReplayRow, error) {
+		return queries.JobLockForReplay(ctx, q, lock)
 	})
 	again := queue(&p, func(q db.DBTX) (db.JobReplayGetForRequestAfterSourceLockRow, error) {
 		return queries.JobReplayGetForRequestAfterSourceLock(ctx, q, after)
 	})
-	actual := queue(&p, func(q db.DBTX) (db.JobGetReplaySourceForClassificationRow, error) {
-		return queries.JobGetReplaySourceForClassification(ctx, q, classify)
+	actual := queue(&p, func(q db.DBTX) (db.JobGetForReplayClassificationRow, error) {
+		return queries.JobGetForReplayClassification(ctx, q, classify)
 	})
 	batchErr := p.send(ctx, s.c)
 
@@ -408,8 +408,8 @@ func (s *session) lockRoundTrip(ctx context.Context, req Request, token string) 
 // classify reads the source for classification in a statement of its own,
 // after this attempt's locking read (marked by token) missed; nil when
 // there is no such job in the caller's scope.
-func (s *session) classify(ctx context.Context, req Request, token string) (*db.JobGetReplaySourceForClassificationRow, error) {
-	row, err := queries.JobGetReplaySourceForClassification(ctx, uuidConn{s.c}, db.JobGetReplaySourceForClassificationParams{
+func (s *session) classify(ctx context.Context, req Request, token string) (*db.JobGetForReplayClassificationRow, error) {
+	row, err := queries.JobGetForReplayClassification(ctx, uuidConn{s.c}, db.JobGetForReplayClassificationParams{
 		ID: req.SourceJobID, OrganizationID: req.Scope.OrganizationIDPtr(), LockToken: token,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -424,7 +424,7 @@ func (s *session) classify(ctx context.Context, req Request, token string) (*db.
 // insertReplay creates the replay of the locked source: in a caller's
 // transaction one statement; owned, that statement and COMMIT in one
 // batch.
-func insertReplay(ctx context.Context, s *session, req Request, source db.JobLockEligibleReplaySourceRow) (Outcome, error) {
+func insertReplay(ctx context.Context, s *session, req Request, source db.JobLockForReplayRow) (Outcome, error) {
 	if key := source.ExecutionResourceKey; key != nil {
 		if err := runledger.ValidateExecutionResourceKey(*key); err != nil {
 			return nil, err
@@ -434,17 +434,17 @@ func insertReplay(ctx context.Context, s *session, req Request, source db.JobLoc
 	if err != nil {
 		return nil, runledger.Internal(runledger.CodeInvariantViolated, "Job id could not be generated.", "generate replay job id: "+err.Error())
 	}
-	params := db.JobInsertReplayParams{
+	params := db.JobReplayInsertParams{
 		SourceJobID:      source.ID,
 		ReplayJobID:      replayID,
 		ReplayRequestKey: req.Key,
 		Reason:           req.Reason,
 	}
-	var row db.JobInsertReplayRow
+	var row db.JobReplayInsertRow
 	if s.owned {
 		row, err = s.insertAndCommit(ctx, req, params)
 	} else {
-		row, err = queries.JobInsertReplay(ctx, uuidConn{s.c}, params)
+		row, err = queries.JobReplayInsert(ctx, uuidConn{s.c}, params)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			err = dberr.Translate(ctx, "record successful job replay", err)
 		}

@@ -117,7 +117,7 @@ CREATE UNIQUE INDEX uq_job_queue_type_idempotency_global
     ON job_queue (job_type, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND organization_id IS NULL;
 
--- Claim order over due pending jobs (JobClaimCandidates).
+-- Claim order over due pending jobs (JobLockForClaim).
 CREATE INDEX idx_job_queue_claim
     ON job_queue (status, priority DESC, next_run_at, created_at)
     WHERE status = 'PENDING';
@@ -127,16 +127,16 @@ CREATE INDEX idx_job_queue_leased_expiry
     ON job_queue (lease_expires_at)
     WHERE status = 'LEASED';
 
--- Status listings within one scope (JobListOrgByStatus, JobListGlobalByStatus).
+-- Status listings within one scope (JobListByStatusOrg, JobListByStatusGlobal).
 CREATE INDEX idx_job_queue_org_status_created
     ON job_queue (organization_id, status, created_at DESC);
 
--- Status listings per job type (JobListByTypeStatus).
+-- Status listings per job type (JobListByTypeAndStatus).
 CREATE INDEX idx_job_queue_type_status_created
     ON job_queue (job_type, status, created_at DESC);
 
--- Newest-first pages within one scope (JobListGlobalPage, JobListOrgPage)
--- and across all scopes (JobListAllPage); the id breaks ties so keyset
+-- Newest-first pages within one scope (JobListPageGlobal, JobListPageOrg)
+-- and across all scopes (JobListPageAll); the id breaks ties so keyset
 -- cursors are exact.
 CREATE INDEX idx_job_queue_scope_created_id
     ON job_queue (organization_id, created_at DESC, id DESC);
@@ -171,7 +171,7 @@ CREATE TABLE job_events (
 CREATE INDEX idx_job_events_job_run_id ON job_events (job_id, run_number, id);
 -- Recent events of one type (JobEventListRecentByType).
 CREATE INDEX idx_job_events_type_time ON job_events (event_type, occurred_at DESC);
--- A job's newest events first (JobEventListNewest).
+-- A job's newest events first (JobEventListNewestForJob).
 CREATE INDEX idx_job_events_job_id_newest ON job_events (job_id, id DESC);
 
 -- +goose Down

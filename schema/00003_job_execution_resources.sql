@@ -14,7 +14,7 @@ ALTER TABLE job_queue ADD CONSTRAINT chk_job_queue_execution_resource_key CHECK 
     )
 );
 
--- Claim order over pending jobs that need a resource (JobClaimCandidates
+-- Claim order over pending jobs that need a resource (JobLockForClaim
 -- when a key is involved); INCLUDE lets the key check skip the heap.
 CREATE INDEX idx_job_queue_execution_resource_claim_order
     ON job_queue (priority DESC, next_run_at, created_at, id)
@@ -46,7 +46,7 @@ CREATE TABLE job_execution_resource_claims (
     )
 );
 
--- Claims whose delayed release is due (JobResourceClaimPurgeReleased).
+-- Claims whose delayed release is due (JobResourceClaimDeleteReleased).
 CREATE INDEX idx_job_execution_resource_claims_release_after
     ON job_execution_resource_claims (release_after)
     WHERE release_after IS NOT NULL;

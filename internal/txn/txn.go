@@ -88,7 +88,7 @@ func IsReadCommitted(level string) bool {
 // returns a copy of refusal, with the level in its detail, unless it
 // behaves as READ COMMITTED.
 func RequireReadCommitted(ctx context.Context, tx pgx.Tx, what string, refusal *runledger.Error) error {
-	level, err := db.New().TransactionIsolationGet(ctx, tx)
+	level, err := db.New().TransactionGetIsolation(ctx, tx)
 	if err != nil {
 		return dberr.Translate(ctx, "inspect transaction isolation", err)
 	}

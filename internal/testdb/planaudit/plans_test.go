@@ -39,7 +39,7 @@ const auditJobs = 50_000
 //
 // To check a new query: add it to queries/, run make generate, then
 //
-//	go test ./internal/planaudit -run TestPlans -v
+//	go test ./internal/testdb/planaudit -run TestPlans -v
 //
 // which logs each statement's plan nodes. A statement needing values the
 // audit cannot guess from its parameter names gets a value by type; name

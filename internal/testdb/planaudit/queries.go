@@ -6,7 +6,7 @@
 // To check the plans of every statement in queries/ (a new one included)
 // against a database of 50,000 jobs with fresh statistics:
 //
-//	go test ./internal/planaudit -run TestPlans -v
+//	go test ./internal/testdb/planaudit -run TestPlans -v
 package planaudit
 
 import (
@@ -24,7 +24,7 @@ import (
 
 // Query is one generated statement.
 type Query struct {
-	// Name is the sqlc name (JobInsertReplay); Kind its annotation
+	// Name is the sqlc name (JobReplayInsert); Kind its annotation
 	// (:one, :many, :exec, :execresult, ...).
 	Name, Kind string
 	// SQL is the text the generated method sends, "-- name:" line included.
