@@ -83,6 +83,18 @@ func ParseJobEventType(s string) (JobEventType, error) {
 	return "", newInvalidPersisted(CodeInvalidEventType, "Job event type in persisted row is invalid.", "job event type", s)
 }
 
+// Disposition says whether an idempotent write (a keyed enqueue, a replay)
+// created its job now or found the one an earlier call created.
+type Disposition string
+
+const (
+	// DispositionInserted: this call created the job.
+	DispositionInserted Disposition = "inserted"
+	// DispositionExisting: an earlier call with the same key and request
+	// created it; nothing was written now.
+	DispositionExisting Disposition = "existing"
+)
+
 // Job is one row of the job ledger as callers see it. Times are UTC. JSON
 // fields (Payload, Checkpoint, Output) hold the stored jsonb text and are
 // nil when the column is NULL. The request snapshot of keyed jobs is

@@ -19,17 +19,6 @@ import (
 	"github.com/runledger-go/runledger/internal/txn"
 )
 
-// Disposition says whether an enqueue created the job now.
-type Disposition string
-
-const (
-	// DispositionInserted: this call created the job.
-	DispositionInserted Disposition = "inserted"
-	// DispositionExisting: a keyed job with the same type, scope, key and
-	// request already existed; nothing was written.
-	DispositionExisting Disposition = "existing"
-)
-
 // EnqueueRequest asks for a new job.
 type EnqueueRequest struct {
 	// Scope is the tenant the job belongs to (Global: no organization).
@@ -50,7 +39,7 @@ type EnqueueRequest struct {
 	RunAt *time.Time
 	// IdempotencyKey, when not empty, makes the enqueue keyed: at most one
 	// job exists per (job type, scope, key), and repeating the same request
-	// returns that job (DispositionExisting). "" enqueues unkeyed.
+	// returns that job (runledger.DispositionExisting). "" enqueues unkeyed.
 	IdempotencyKey string
 	// ExecutionResourceKey, when not empty, names a resource: jobs sharing
 	// it never hold a lease at the same time. "" means none.
@@ -112,8 +101,8 @@ type EnqueueResult struct {
 	// Job is the job as stored now: the new job (PENDING, run 1, attempt 0)
 	// when Inserted; the existing job in its current state, whatever it is
 	// (possibly leased, finished, or replayed from), when Existing.
-	Job         runledger.Job `json:"job"`
-	Disposition Disposition   `json:"disposition"`
+	Job         runledger.Job         `json:"job"`
+	Disposition runledger.Disposition `json:"disposition"`
 }
 
 // Enqueue creates a job and its ENQUEUED event.
@@ -130,7 +119,7 @@ type EnqueueResult struct {
 // timeout, run-at and resource key as given: a nil setting stays null, so
 // it is not the same request as one naming the default explicitly; JSON
 // equality, so key order and spacing do not matter). The same request
-// returns it with DispositionExisting; another request is
+// returns it with runledger.DispositionExisting; another request is
 // runledger.ErrIdempotencyConflict. Existing is returned even when the
 // definition has since been disabled. A failed COMMIT matches
 // runledger.ErrCommitUnconfirmed; repeating a keyed enqueue is safe.
@@ -286,7 +275,7 @@ func enqueueUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (Enqu
 	if !ok {
 		return EnqueueResult{}, definitionUnavailable(p.JobType)
 	}
-	return EnqueueResult{Job: job, Disposition: DispositionInserted}, nil
+	return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 }
 
 // enqueueKeyed inserts a keyed job or resolves the existing one; tx is
@@ -298,7 +287,7 @@ func enqueueKeyed(ctx context.Context, tx pgx.Tx, req EnqueueRequest, p db.JobEn
 		return EnqueueResult{}, err
 	}
 	if ok {
-		return EnqueueResult{Job: job, Disposition: DispositionInserted}, nil
+		return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 	}
 	existing, same, found, err := lockByKey(ctx, tx, p)
 	if err != nil {
@@ -310,7 +299,7 @@ func enqueueKeyed(ctx context.Context, tx pgx.Tx, req EnqueueRequest, p db.JobEn
 				fmt.Sprintf("job %s of type %q in scope %s holds idempotency key %q with a different request",
 					existing.ID, req.JobType, req.Scope, req.IdempotencyKey))
 		}
-		return EnqueueResult{Job: existing, Disposition: DispositionExisting}, nil
+		return EnqueueResult{Job: existing, Disposition: runledger.DispositionExisting}, nil
 	}
 	return EnqueueResult{}, explainEmptyInsert(ctx, tx, req)
 }

@@ -93,7 +93,7 @@ func TestEnqueueKeyedSameRequestReturnsExisting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Disposition != jobs.DispositionInserted || first.Job.IdempotencyKey == nil || *first.Job.IdempotencyKey != "order-42" {
+	if first.Disposition != runledger.DispositionInserted || first.Job.IdempotencyKey == nil || *first.Job.IdempotencyKey != "order-42" {
 		t.Fatalf("first = %s key %v", first.Disposition, first.Job.IdempotencyKey)
 	}
 	// The job moves on; a retry returns its current state.
@@ -106,7 +106,7 @@ func TestEnqueueKeyedSameRequestReturnsExisting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Disposition != jobs.DispositionExisting || again.Job.ID != first.Job.ID {
+	if again.Disposition != runledger.DispositionExisting || again.Job.ID != first.Job.ID {
 		t.Fatalf("retry = %s %s, want existing %s", again.Disposition, again.Job.ID, first.Job.ID)
 	}
 	if again.Job.Status != runledger.JobStatusLeased || again.Job.Attempt != l.Attempt {
@@ -181,7 +181,7 @@ func TestEnqueueKeyedScopesKeepSeparateJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Disposition != jobs.DispositionExisting || res.Job.Scope() != req.Scope || res.Job.JobType != req.JobType {
+		if res.Disposition != runledger.DispositionExisting || res.Job.Scope() != req.Scope || res.Job.JobType != req.JobType {
 			t.Fatalf("retry %d = %s %s %s", i, res.Disposition, res.Job.Scope(), res.Job.JobType)
 		}
 	}
@@ -251,7 +251,7 @@ func TestEnqueueKeyedWaitsForUncommittedCompetitor(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.res.Disposition != jobs.DispositionExisting || r.res.Job.ID != mine.Job.ID {
+	if r.res.Disposition != runledger.DispositionExisting || r.res.Job.ID != mine.Job.ID {
 		t.Fatalf("competitor got %s %s, want existing %s", r.res.Disposition, r.res.Job.ID, mine.Job.ID)
 	}
 }
@@ -287,7 +287,7 @@ func TestEnqueueKeyedCompetitorRolledBackInsertsItsOwn(t *testing.T) {
 	case err := <-errs:
 		t.Fatal(err)
 	case res := <-done:
-		if res.Disposition != jobs.DispositionInserted || res.Job.ID == mine.Job.ID {
+		if res.Disposition != runledger.DispositionInserted || res.Job.ID == mine.Job.ID {
 			t.Fatalf("after the competitor rolled back got %s %s, want a new inserted job", res.Disposition, res.Job.ID)
 		}
 	}
@@ -321,7 +321,7 @@ func TestConcurrentKeyedEnqueuesMakeOneJob(t *testing.T) {
 	inserted, ids := 0, map[uuid.UUID]bool{}
 	for r := range results {
 		ids[r.Job.ID] = true
-		if r.Disposition == jobs.DispositionInserted {
+		if r.Disposition == runledger.DispositionInserted {
 			inserted++
 		}
 	}
@@ -345,7 +345,7 @@ func TestEnqueueKeyedExistingLocksJobForNoKeyUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Disposition != jobs.DispositionExisting {
+	if res.Disposition != runledger.DispositionExisting {
 		t.Fatalf("disposition = %s", res.Disposition)
 	}
 	if !rowLockedAgainst(t, ctx, pool, "job_queue", "id = $1", j.ID, "UPDATE") {

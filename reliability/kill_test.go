@@ -127,13 +127,13 @@ func TestReplayKilledAtEveryStep(t *testing.T) {
 				// The commit landed: the replay is complete and consistent.
 				id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1)
 				got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
-				if got.Disposition != replay.DispositionExisting || got.Replay.JobID != id {
+				if got.Disposition != runledger.DispositionExisting || got.Replay.JobID != id {
 					t.Fatalf("retry after a lost COMMIT reply got %+v, want Existing %s", got, id)
 				}
 			} else {
 				checkNothingWritten(t, e.admin, before)
 				got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
-				if got.Disposition != replay.DispositionInserted {
+				if got.Disposition != runledger.DispositionInserted {
 					t.Fatalf("retry got %+v, want Inserted", got)
 				}
 				if id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1); id != got.Replay.JobID {
@@ -142,7 +142,7 @@ func TestReplayKilledAtEveryStep(t *testing.T) {
 			}
 			// Retrying again changes nothing.
 			again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
-			if again.Disposition != replay.DispositionExisting {
+			if again.Disposition != runledger.DispositionExisting {
 				t.Fatalf("second retry %+v, want Existing", again)
 			}
 			checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1)
@@ -266,7 +266,7 @@ func TestReplayTxKilledAtEveryStep(t *testing.T) {
 			if err := tx2.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got.Disposition != replay.DispositionInserted {
+			if got.Disposition != runledger.DispositionInserted {
 				t.Fatalf("retry %+v, want Inserted", got)
 			}
 			if id := checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1); id != got.Replay.JobID {
@@ -325,15 +325,15 @@ func TestKeyedEnqueueKilledAtEveryStep(t *testing.T) {
 			if err != nil {
 				t.Fatalf("retry: %v (%s)", err, testdb.Detail(err))
 			}
-			wantDisp := jobs.DispositionInserted
+			wantDisp := runledger.DispositionInserted
 			if kp.lostReply {
-				wantDisp = jobs.DispositionExisting
+				wantDisp = runledger.DispositionExisting
 			}
 			if res.Disposition != wantDisp {
 				t.Fatalf("retry disposition %s, want %s", res.Disposition, wantDisp)
 			}
 			again, err := jobs.Enqueue(ctx, pool, r)
-			if err != nil || again.Disposition != jobs.DispositionExisting || again.Job.ID != res.Job.ID {
+			if err != nil || again.Disposition != runledger.DispositionExisting || again.Job.ID != res.Job.ID {
 				t.Fatalf("second retry %+v, %v; want Existing %s", again, err, res.Job.ID)
 			}
 			checkOneKeyedJob(t, e.admin, res.Job.ID, r.IdempotencyKey)

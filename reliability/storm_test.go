@@ -161,7 +161,7 @@ func TestStormReplaysRacingWorkers(t *testing.T) {
 				return
 			}
 			first, ok := out.(replay.Replayed)
-			if !ok || first.Disposition != replay.DispositionInserted {
+			if !ok || first.Disposition != runledger.DispositionInserted {
 				fail(fmt.Sprintf("replay %d", i), fmt.Errorf("outcome %+v, want Inserted", out))
 				return
 			}
@@ -177,7 +177,7 @@ func TestStormReplaysRacingWorkers(t *testing.T) {
 				return
 			}
 			again, ok := out.(replay.Replayed)
-			if !ok || again.Disposition != replay.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
+			if !ok || again.Disposition != runledger.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
 				fail(fmt.Sprintf("repeat replay %d", i), fmt.Errorf("outcome %+v, want Existing %s", out, first.Replay.JobID))
 			}
 		}(i, src)

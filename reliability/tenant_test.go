@@ -109,7 +109,7 @@ func TestTenantIsolationMatrix(t *testing.T) {
 			ExpectedRunNumber: 1, Key: "shared-key", Reason: "shared reason"}))
 		s.replay = rep.Replay.JobID
 		res, err := jobs.Enqueue(ctx, e.admin, enqueueIn(s))
-		if err != nil || res.Disposition != jobs.DispositionInserted {
+		if err != nil || res.Disposition != runledger.DispositionInserted {
 			t.Fatalf("%s: keyed enqueue %+v, %v; want Inserted (the key is per scope)", s.name, res, err)
 		}
 		s.pending = res.Job.ID
@@ -254,7 +254,7 @@ func TestTenantIsolationMatrix(t *testing.T) {
 	for _, c := range tenants {
 		inTx(func(tx pgx.Tx) {
 			res, err := jobs.EnqueueTx(ctx, tx, enqueueIn(c))
-			if err != nil || res.Disposition != jobs.DispositionExisting || res.Job.ID != c.pending {
+			if err != nil || res.Disposition != runledger.DispositionExisting || res.Job.ID != c.pending {
 				t.Errorf("keyed enqueue in %s: %+v, %v; want Existing %s", c.name, res, err, c.pending)
 			}
 			for _, other := range tenants {

@@ -108,7 +108,7 @@ func TestReplayBlockedOnTheSourceHonoursDeadlinesAndTimeouts(t *testing.T) {
 
 			release()
 			got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, r))
-			if got.Disposition != replay.DispositionInserted {
+			if got.Disposition != runledger.DispositionInserted {
 				t.Fatalf("retry %+v, want Inserted", got)
 			}
 			checkOneReplay(t, e.admin, sourceID, r.Key, r.Reason, 1)

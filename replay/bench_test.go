@@ -68,13 +68,13 @@ func benchPaths(scope runledger.Scope, ids []uuid.UUID, run string) []benchPath 
 			return replay.Request{Scope: scope, SourceJobID: src(i), ExpectedRunNumber: 1, Key: run + "-" + strconv.Itoa(seq), Reason: "bench"}
 		}, func(o replay.Outcome) bool {
 			r, ok := o.(replay.Replayed)
-			return ok && r.Disposition == replay.DispositionInserted
+			return ok && r.Disposition == runledger.DispositionInserted
 		}},
 		{"existing", func(i int) replay.Request {
 			return replay.Request{Scope: scope, SourceJobID: src(i), ExpectedRunNumber: 1, Key: "seed", Reason: "seed"}
 		}, func(o replay.Outcome) bool {
 			r, ok := o.(replay.Replayed)
-			return ok && r.Disposition == replay.DispositionExisting
+			return ok && r.Disposition == runledger.DispositionExisting
 		}},
 		{"mismatch", func(i int) replay.Request {
 			return replay.Request{Scope: scope, SourceJobID: src(i), ExpectedRunNumber: 2, Key: "k", Reason: "bench"}

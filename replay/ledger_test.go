@@ -85,14 +85,14 @@ func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 	}
 	// The original keyed enqueue, retried, still finds the source.
 	again, err := jobs.Enqueue(ctx, pool, keyed)
-	if err != nil || again.Disposition != jobs.DispositionExisting || again.Job.ID != source.ID {
+	if err != nil || again.Disposition != runledger.DispositionExisting || again.Job.ID != source.ID {
 		t.Fatalf("retried keyed enqueue: %+v %v, want the source %s", again, err, source.ID)
 	}
 	// The replay runs like any job and can itself be replayed.
 	done := completeJob(t, ctx, pool, got.Replay.JobID, `{"rows":43}`)
 	second := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: done.Scope(), SourceJobID: done.ID,
 		ExpectedRunNumber: done.RunNumber, Key: "rerun", Reason: "again"}))
-	if second.Disposition != replay.DispositionInserted {
+	if second.Disposition != runledger.DispositionInserted {
 		t.Fatalf("replay of a replay: %+v", second)
 	}
 	from, err := jobs.ReplayedFrom(ctx, pool, done.Scope(), second.Replay.JobID)
@@ -142,7 +142,7 @@ func TestWorkerClaimSkipsAReplayHeldByAnExistingOutcome(t *testing.T) {
 
 	tx, pid := beginTx(t, ctx, pool)
 	existing := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
-	if existing.Disposition != replay.DispositionExisting || existing.Replay.Status != runledger.JobStatusPending || existing.Replay.RunNumber != 1 {
+	if existing.Disposition != runledger.DispositionExisting || existing.Replay.Status != runledger.JobStatusPending || existing.Replay.RunNumber != 1 {
 		t.Fatalf("%+v", existing)
 	}
 	if holders := rowLockHolders(t, pool, first.Replay.JobID); len(holders) != 1 || holders[0] != pid {
@@ -191,7 +191,7 @@ func TestRetryReportsTheReplaysCurrentStateAfterItRan(t *testing.T) {
 	completeJob(t, ctx, pool, first.Replay.JobID, `{"ok":true}`)
 
 	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	if again.Disposition != replay.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded || again.Replay.RunNumber != 1 {
+	if again.Disposition != runledger.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded || again.Replay.RunNumber != 1 {
 		t.Fatalf("%+v", again)
 	}
 	events, err := jobs.Events(ctx, pool, runledger.Global(), first.Replay.JobID)

@@ -36,7 +36,7 @@ func TestExistingOutcomeLocksTheReplayUntilTheTransactionEnds(t *testing.T) {
 
 	tx, pid := beginTx(t, ctx, pool)
 	got := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, req))
-	if got.Disposition != replay.DispositionExisting || got.Replay.Status != runledger.JobStatusPending || got.Replay.RunNumber != 1 {
+	if got.Disposition != runledger.DispositionExisting || got.Replay.Status != runledger.JobStatusPending || got.Replay.RunNumber != 1 {
 		t.Fatalf("existing %+v", got)
 	}
 	if holders := rowLockHolders(t, pool, first.Replay.JobID); !reflect.DeepEqual(holders, []uint32{pid}) {
@@ -101,7 +101,7 @@ func TestInsertPathHoldsTheSourceAndDefinitionLocks(t *testing.T) {
 
 	tx, pid := beginTx(t, ctx, pool)
 	got := testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
-	if got.Disposition != replay.DispositionInserted {
+	if got.Disposition != runledger.DispositionInserted {
 		t.Fatalf("%+v", got)
 	}
 	if holders := rowLockHolders(t, pool, sourceID); !reflect.DeepEqual(holders, []uint32{pid}) {
@@ -165,7 +165,7 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 			res := <-done
 			if c.reason == "r" {
 				got := testdb.MustReplayed(t)(res.out, res.err)
-				if got.Disposition != replay.DispositionExisting || got.Replay.JobID != held.Replay.JobID {
+				if got.Disposition != runledger.DispositionExisting || got.Replay.JobID != held.Replay.JobID {
 					t.Fatalf("waiter got %+v, holder inserted %s", got, held.Replay.JobID)
 				}
 				if holders := rowLockHolders(t, pool, held.Replay.JobID); !reflect.DeepEqual(holders, []uint32{waiterPID}) {

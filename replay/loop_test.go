@@ -45,7 +45,7 @@ func TestLockLoopRetriesWhenTheSourceBecomesEligibleBetweenStatements(t *testing
 	}))()
 
 	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
-	if got.Disposition != replay.DispositionInserted {
+	if got.Disposition != runledger.DispositionInserted {
 		t.Fatalf("%+v", got)
 	}
 	if len(locks) != 2 || locks[0] != 1 || locks[1] != 2 || len(misses) != 1 || misses[0] != 1 {

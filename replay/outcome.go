@@ -14,17 +14,6 @@ type Outcome interface {
 	isOutcome()
 }
 
-// Disposition says whether a Replayed outcome created the replay now.
-type Disposition string
-
-const (
-	// DispositionInserted: this call created the replay job.
-	DispositionInserted Disposition = "inserted"
-	// DispositionExisting: an earlier call with the same key and reason
-	// created it; nothing was written now.
-	DispositionExisting Disposition = "existing"
-)
-
 // ReplayJob identifies the replay job and its state when the call returned.
 type ReplayJob struct {
 	JobID uuid.UUID
@@ -44,7 +33,7 @@ type Replayed struct {
 	// from the locked source row (they are equal).
 	SourceJobID     uuid.UUID
 	SourceRunNumber int32
-	Disposition     Disposition
+	Disposition     runledger.Disposition
 	Replay          ReplayJob
 }
 

@@ -106,7 +106,7 @@ func TestInsertErrorInTheFinalBatchRollsBackAndKeepsTheConnection(t *testing.T) 
 		t.Fatalf("%d jobs: the refused insert was committed", n)
 	}
 	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "accepted", Reason: "r"}))
-	if got.Disposition != replay.DispositionInserted {
+	if got.Disposition != runledger.DispositionInserted {
 		t.Fatalf("%+v", got)
 	}
 	if n := pool.Stat().NewConnsCount(); n != conns {

@@ -257,7 +257,7 @@ func existingOutcome(req Request, found lineage) (Outcome, error) {
 	return Replayed{
 		SourceJobID:     req.SourceJobID,
 		SourceRunNumber: req.ExpectedRunNumber,
-		Disposition:     DispositionExisting,
+		Disposition:     runledger.DispositionExisting,
 		Replay:          ReplayJob{JobID: found.replayJobID, Status: status, RunNumber: *found.runNumber},
 	}, nil
 }
@@ -270,8 +270,8 @@ var lockTokens atomic.Uint64
 
 // lockAttempt is what one round trip of the lock loop returns.
 type lockAttempt struct {
-	locked   *db.JobLockForReplayRow         // nil: the locking read missed
-	existing *lineage                                   // second lookup; only after a lock
+	locked   *db.JobLockForReplayRow              // nil: the locking read missed
+	existing *lineage                             // second lookup; only after a lock
 	actual   *db.JobGetForReplayClassificationRow // classification; only after a miss
 }
 
@@ -476,7 +476,7 @@ func insertReplay(ctx context.Context, s *session, req Request, source db.JobLoc
 	return Replayed{
 		SourceJobID:     row.SourceJobID,
 		SourceRunNumber: row.SourceRunNumber,
-		Disposition:     DispositionInserted,
+		Disposition:     runledger.DispositionInserted,
 		Replay:          ReplayJob{JobID: row.ID, Status: runledger.JobStatusPending, RunNumber: row.RunNumber},
 	}, nil
 }

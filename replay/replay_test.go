@@ -34,7 +34,7 @@ func TestInsertedReplayIsAFreshCopyAndLeavesTheSourceUntouched(t *testing.T) {
 		Key: "replay-1", Reason: "customer asked again",
 	}))
 
-	if got.Disposition != replay.DispositionInserted || got.Replay.Status != runledger.JobStatusPending ||
+	if got.Disposition != runledger.DispositionInserted || got.Replay.Status != runledger.JobStatusPending ||
 		got.Replay.RunNumber != 1 || got.SourceJobID != sourceID || got.SourceRunNumber != 1 {
 		t.Fatalf("outcome %+v", got)
 	}
@@ -131,7 +131,7 @@ func TestRetryWithSameKeyAndReasonReturnsTheExistingReplay(t *testing.T) {
 	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED', run_number = 3 WHERE id = $1`, first.Replay.JobID)
 	second := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
 
-	if second.Disposition != replay.DispositionExisting || second.Replay.JobID != first.Replay.JobID ||
+	if second.Disposition != runledger.DispositionExisting || second.Replay.JobID != first.Replay.JobID ||
 		second.Replay.Status != runledger.JobStatusSucceeded || second.Replay.RunNumber != 3 ||
 		second.SourceJobID != sourceID || second.SourceRunNumber != 1 {
 		t.Fatalf("retry %+v, first %+v", second, first)
@@ -154,7 +154,7 @@ func TestRetryFindsLineageEvenAfterTheSourceMovedOn(t *testing.T) {
 	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING', run_number = 2 WHERE id = $1`, sourceID)
 
 	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	if again.Disposition != replay.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
+	if again.Disposition != runledger.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
 		t.Fatalf("retry after the source changed: %+v", again)
 	}
 }
@@ -187,7 +187,7 @@ func TestSameKeyAtAnotherRunIsAnotherReplay(t *testing.T) {
 	first := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 	testdb.Exec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
 	second := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 2, Key: "k", Reason: "r"}))
-	if second.Disposition != replay.DispositionInserted || second.Replay.JobID == first.Replay.JobID || second.SourceRunNumber != 2 {
+	if second.Disposition != runledger.DispositionInserted || second.Replay.JobID == first.Replay.JobID || second.SourceRunNumber != 2 {
 		t.Fatalf("second run's replay %+v", second)
 	}
 }
@@ -342,7 +342,7 @@ func TestRetentionKeepsLineageUntilTheSourceIsDeleted(t *testing.T) {
 		t.Fatalf("deleting only the replay: %v, want 23503 on fk_job_replays_replay_job", err)
 	}
 	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	if again.Disposition != replay.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded {
+	if again.Disposition != runledger.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded {
 		t.Fatalf("retry %+v", again)
 	}
 	tag, err := pool.Exec(ctx, `DELETE FROM job_queue WHERE id = ANY($1)`, []uuid.UUID{sourceID, first.Replay.JobID})
@@ -393,9 +393,9 @@ func TestConcurrentIdenticalRequestsResolveToOneReplay(t *testing.T) {
 		if results[i].Replay.JobID != results[0].Replay.JobID {
 			t.Fatalf("caller %d got replay %s, caller 0 got %s", i, results[i].Replay.JobID, results[0].Replay.JobID)
 		}
-		if results[i].Disposition == replay.DispositionInserted {
+		if results[i].Disposition == runledger.DispositionInserted {
 			inserted++
-		} else if results[i].Disposition != replay.DispositionExisting {
+		} else if results[i].Disposition != runledger.DispositionExisting {
 			t.Fatalf("caller %d disposition %q", i, results[i].Disposition)
 		}
 	}
@@ -428,7 +428,7 @@ func TestConcurrentDistinctKeysEachCreateOneReplay(t *testing.T) {
 			out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1,
 				Key: "key-" + uuid.NewString(), Reason: "batch"})
 			errs[i] = err
-			if r, ok := out.(replay.Replayed); ok && r.Disposition == replay.DispositionInserted {
+			if r, ok := out.(replay.Replayed); ok && r.Disposition == runledger.DispositionInserted {
 				ids[i] = r.Replay.JobID
 			}
 		}(i)
@@ -475,7 +475,7 @@ func TestCallerTransactionRolledBackLeavesNothing(t *testing.T) {
 		t.Fatalf("%d events and lineage rows after rollback", n)
 	}
 	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	if again.Disposition != replay.DispositionInserted || again.Replay.JobID == inTx.Replay.JobID {
+	if again.Disposition != runledger.DispositionInserted || again.Replay.JobID == inTx.Replay.JobID {
 		t.Fatalf("after rollback the same key gave %+v (rolled back id %s)", again, inTx.Replay.JobID)
 	}
 }
@@ -501,7 +501,7 @@ func TestCallerTransactionCommitsWithTheCallersOwnWrites(t *testing.T) {
 		t.Fatal("audit row and lineage did not commit together")
 	}
 	again := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, req))
-	if again.Disposition != replay.DispositionExisting || again.Replay.JobID != got.Replay.JobID {
+	if again.Disposition != runledger.DispositionExisting || again.Replay.JobID != got.Replay.JobID {
 		t.Fatalf("pool retry %+v", again)
 	}
 }

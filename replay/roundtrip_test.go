@@ -145,7 +145,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"}))
 	isInserted := func(o replay.Outcome, err error) bool {
 		r, ok := o.(replay.Replayed)
-		return err == nil && ok && r.Disposition == replay.DispositionInserted
+		return err == nil && ok && r.Disposition == runledger.DispositionInserted
 	}
 	paths := []path{
 		{name: "inserted", owned: 3, tx: 3,
@@ -159,7 +159,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 			},
 			check: func(o replay.Outcome, err error) bool {
 				r, ok := o.(replay.Replayed)
-				return err == nil && ok && r.Disposition == replay.DispositionExisting
+				return err == nil && ok && r.Disposition == runledger.DispositionExisting
 			}},
 		{name: "mismatch", owned: 3, tx: 2,
 			req: func() replay.Request {

@@ -377,7 +377,7 @@ func (d *demo) enqueue() error {
 		d.source = res.Job
 		fmt.Fprintf(w, "Enqueued job %s (%s): %s at run %d, attempt %d of %d.\n",
 			res.Job.ID, res.Disposition, res.Job.Status, res.Job.RunNumber, res.Job.Attempt, res.Job.MaxAttempts)
-		if res.Disposition != jobs.DispositionInserted || res.Job.Status != runledger.JobStatusPending {
+		if res.Disposition != runledger.DispositionInserted || res.Job.Status != runledger.JobStatusPending {
 			return failf("want a new PENDING job")
 		}
 		return nil
@@ -466,7 +466,7 @@ func (d *demo) replayInserted() error {
 			return err
 		}
 		r, ok := out.(replay.Replayed)
-		if !ok || r.Disposition != replay.DispositionInserted {
+		if !ok || r.Disposition != runledger.DispositionInserted {
 			return failf("want replayed with disposition inserted, got %T", out)
 		}
 		if r.Replay.JobID == d.source.ID || r.Replay.Status != runledger.JobStatusPending || r.Replay.RunNumber != 1 {
@@ -485,7 +485,7 @@ func (d *demo) replayExisting() error {
 			return err
 		}
 		r, ok := out.(replay.Replayed)
-		if !ok || r.Disposition != replay.DispositionExisting || r.Replay.JobID != d.replayID {
+		if !ok || r.Disposition != runledger.DispositionExisting || r.Replay.JobID != d.replayID {
 			return failf("want replayed with disposition existing and job %s", d.replayID)
 		}
 		return nil

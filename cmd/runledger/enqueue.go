@@ -75,12 +75,12 @@ Exit codes: 0 done; 2 invalid input or job type missing or disabled;
 }
 
 type enqueueResult struct {
-	Disposition jobs.Disposition `json:"disposition"`
-	Job         runledger.Job    `json:"job"`
+	Disposition runledger.Disposition `json:"disposition"`
+	Job         runledger.Job         `json:"job"`
 }
 
 func (r enqueueResult) text(w io.Writer) {
-	if r.Disposition == jobs.DispositionExisting {
+	if r.Disposition == runledger.DispositionExisting {
 		fmt.Fprintf(w, "Job %s already exists for this idempotency key (existing); nothing was written.\n", r.Job.ID)
 	} else {
 		fmt.Fprintf(w, "Enqueued job %s (inserted).\n", r.Job.ID)

@@ -100,15 +100,15 @@ type replayJobOutput struct {
 }
 
 type replayedOutput struct {
-	Outcome         string             `json:"outcome"`
-	Disposition     replay.Disposition `json:"disposition"`
-	SourceJobID     uuid.UUID          `json:"source_job_id"`
-	SourceRunNumber int32              `json:"source_run_number"`
-	Replay          replayJobOutput    `json:"replay"`
+	Outcome         string                `json:"outcome"`
+	Disposition     runledger.Disposition `json:"disposition"`
+	SourceJobID     uuid.UUID             `json:"source_job_id"`
+	SourceRunNumber int32                 `json:"source_run_number"`
+	Replay          replayJobOutput       `json:"replay"`
 }
 
 func (r replayedOutput) text(w io.Writer) {
-	if r.Disposition == replay.DispositionExisting {
+	if r.Disposition == runledger.DispositionExisting {
 		fmt.Fprintf(w, "Replayed (existing): this key and reason already replayed job %s run %d as job %s, now %s at run %d; nothing was written.\n",
 			r.SourceJobID, r.SourceRunNumber, r.Replay.JobID, r.Replay.Status, r.Replay.RunNumber)
 		return

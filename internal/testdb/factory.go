@@ -99,7 +99,7 @@ func Enqueue(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.Enq
 	if err != nil {
 		t.Fatalf("Enqueue: %v", err)
 	}
-	if res.Disposition != jobs.DispositionInserted {
+	if res.Disposition != runledger.DispositionInserted {
 		t.Fatalf("Enqueue disposition = %s, want inserted", res.Disposition)
 	}
 	return res.Job

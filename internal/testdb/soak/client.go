@@ -227,7 +227,7 @@ func (c *client) enqueue() {
 		c.st.failure("%s: %s", opEnqueue, describe(err))
 		return
 	}
-	if res.Disposition != jobs.DispositionInserted {
+	if res.Disposition != runledger.DispositionInserted {
 		c.st.failure("%s: disposition %s, want inserted", opEnqueue, res.Disposition)
 		return
 	}
@@ -248,7 +248,7 @@ func (c *client) enqueueKeyed() {
 		return
 	}
 	switch {
-	case res.Disposition == jobs.DispositionInserted:
+	case res.Disposition == runledger.DispositionInserted:
 	case failed > 0:
 		c.st.opN(cntKeyedExisting, 1)
 	default:
@@ -276,7 +276,7 @@ func (c *client) enqueueRepeat() {
 		c.st.failure("%s %s: %s", opEnqueueRepeat, k.req.IdempotencyKey, describe(err))
 		return
 	}
-	if res.Disposition != jobs.DispositionExisting || res.Job.ID != k.id {
+	if res.Disposition != runledger.DispositionExisting || res.Job.ID != k.id {
 		c.st.failure("%s %s: %s job %s, want existing job %s", opEnqueueRepeat, k.req.IdempotencyKey, res.Disposition, res.Job.ID, k.id)
 		return
 	}
@@ -408,7 +408,7 @@ func (c *client) replayNew() {
 		return
 	}
 	switch {
-	case got.Disposition == replay.DispositionInserted:
+	case got.Disposition == runledger.DispositionInserted:
 	case failed > 0:
 		c.st.opN(cntReplayLanded, 1)
 	default:
@@ -437,7 +437,7 @@ func (c *client) replayRepeat() {
 		return
 	}
 	got, ok := out.(replay.Replayed)
-	if !ok || got.Disposition != replay.DispositionExisting || got.Replay.JobID != r.replayID {
+	if !ok || got.Disposition != runledger.DispositionExisting || got.Replay.JobID != r.replayID {
 		c.st.failure("%s %s/%s: %#v, want Existing replay %s", opReplayRepeat, r.req.SourceJobID, r.req.Key, out, r.replayID)
 		return
 	}

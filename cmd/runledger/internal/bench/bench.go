@@ -571,8 +571,8 @@ func request(path Path, sources int, n int64, key string) replay.Request {
 func expected(path Path, out replay.Outcome) bool {
 	switch o := out.(type) {
 	case replay.Replayed:
-		return (path == Inserted && o.Disposition == replay.DispositionInserted) ||
-			(path == Existing && o.Disposition == replay.DispositionExisting)
+		return (path == Inserted && o.Disposition == runledger.DispositionInserted) ||
+			(path == Existing && o.Disposition == runledger.DispositionExisting)
 	case replay.ExpectationMismatch:
 		return path == Mismatch
 	case replay.NotFound:
