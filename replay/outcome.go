@@ -14,8 +14,8 @@ type Outcome interface {
 	isOutcome()
 }
 
-// ReplayJob identifies the replay job and its state when the call returned.
-type ReplayJob struct {
+// Job identifies the replay job and its state when the call returned.
+type Job struct {
 	JobID uuid.UUID
 	// Status and RunNumber are the replay's current values: PENDING at run 1
 	// when Inserted; possibly later states (LEASED, SUCCEEDED, a higher run)
@@ -34,7 +34,7 @@ type Replayed struct {
 	SourceJobID     uuid.UUID
 	SourceRunNumber int32
 	Disposition     runledger.Disposition
-	Replay          ReplayJob
+	Replay          Job
 }
 
 // ExpectationMismatch: the source exists in the caller's scope but is not

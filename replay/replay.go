@@ -258,7 +258,7 @@ func existingOutcome(req Request, found lineage) (Outcome, error) {
 		SourceJobID:     req.SourceJobID,
 		SourceRunNumber: req.ExpectedRunNumber,
 		Disposition:     runledger.DispositionExisting,
-		Replay:          ReplayJob{JobID: found.replayJobID, Status: status, RunNumber: *found.runNumber},
+		Replay:          Job{JobID: found.replayJobID, Status: status, RunNumber: *found.runNumber},
 	}, nil
 }
 
@@ -477,6 +477,6 @@ func insertReplay(ctx context.Context, s *session, req Request, source db.JobLoc
 		SourceJobID:     row.SourceJobID,
 		SourceRunNumber: row.SourceRunNumber,
 		Disposition:     runledger.DispositionInserted,
-		Replay:          ReplayJob{JobID: row.ID, Status: runledger.JobStatusPending, RunNumber: row.RunNumber},
+		Replay:          Job{JobID: row.ID, Status: runledger.JobStatusPending, RunNumber: row.RunNumber},
 	}, nil
 }
