@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/jobs"
@@ -80,18 +79,18 @@ func gateReplayCommit(e *env, _ uuid.UUID) func() {
 }
 
 var ownedReplayKillPoints = []killPoint{
-	{name: "after BEGIN", hook: failpoint.TxnAfterBegin, want: failTransient},
-	{name: "after the lineage lookup", hook: failpoint.ReplayAfterLookup, want: failTransient},
-	{name: "before the source lock", hook: failpoint.ReplayBeforeSourceLock, want: failTransient},
+	{name: "after BEGIN", hook: "txn/after-begin", want: failTransient},
+	{name: "after the lineage lookup", hook: "replay/after-lookup", want: failTransient},
+	{name: "before the source lock", hook: "replay/before-source-lock", want: failTransient},
 	{name: "waiting for the source lock", waitOn: holdSource, lockType: "", want: failTransient},
-	{name: "after the source lock", hook: failpoint.ReplayAfterSourceLock, want: failTransient},
+	{name: "after the source lock", hook: "replay/after-source-lock", want: failTransient},
 	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
 	// SucceededJob sends the insert and COMMIT in one batch; both
 	// failpoints fire just before it is sent, the server reports the
 	// termination against the insert, so COMMIT provably never ran:
 	// transient, not commit-unconfirmed.
-	{name: "before the insert batch, at ReplayAfterInsert", hook: failpoint.ReplayAfterInsert, want: failTransient},
-	{name: "before the insert batch, at TxnBeforeCommit", hook: failpoint.TxnBeforeCommit, want: failTransient},
+	{name: "before the insert batch, at after-insert", hook: "replay/after-insert", want: failTransient},
+	{name: "before the insert batch, at before-commit", hook: "txn/before-commit", want: failTransient},
 	// The insert has run and its result is on its way; COMMIT, right
 	// behind it in the batch, waits in the deferred trigger when the
 	// backend is killed: the COMMIT failed, its fate unknown to the caller.
@@ -180,13 +179,13 @@ func checkSourceUnchanged(t testing.TB, q testdb.Querier, before snapshot, sourc
 
 var txReplayKillPoints = []killPoint{
 	{name: "after BEGIN", want: failTransient}, // the test kills right after its own BEGIN
-	{name: "after the lineage lookup", hook: failpoint.ReplayAfterLookup, want: failTransient},
+	{name: "after the lineage lookup", hook: "replay/after-lookup", want: failTransient},
 	{name: "waiting for the source lock", waitOn: holdSource, want: failTransient},
-	{name: "after the source lock", hook: failpoint.ReplayAfterSourceLock, want: failTransient},
+	{name: "after the source lock", hook: "replay/after-source-lock", want: failTransient},
 	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
 	// The insert is the last statement: SucceededJobTx returns Replayed and
 	// the caller's COMMIT fails.
-	{name: "after the insert", hook: failpoint.ReplayAfterInsert, want: failCallerCommitFailed},
+	{name: "after the insert", hook: "replay/after-insert", want: failCallerCommitFailed},
 	{name: "just before COMMIT", want: failCallerCommitFailed}, // killed after SucceededJobTx returned
 	{name: "while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory", want: failCallerCommitFailed},
 }
@@ -285,12 +284,12 @@ func keyedRequest() jobs.EnqueueRequest {
 }
 
 var keyedEnqueueKillPoints = []killPoint{
-	{name: "after BEGIN", hook: failpoint.TxnAfterBegin, want: failTransient},
+	{name: "after BEGIN", hook: "txn/after-begin", want: failTransient},
 	{name: "while the insert waits", waitOn: func(e *env, _ uuid.UUID) func() {
 		// The insert reads the job type's definition FOR SHARE.
 		return e.holdRow("job_definitions", "job_type = $1", "email")
 	}, want: failTransient},
-	{name: "after the insert, before COMMIT", hook: failpoint.TxnBeforeCommit, want: failCommitUnconfirmed},
+	{name: "after the insert, before COMMIT", hook: "txn/before-commit", want: failCommitUnconfirmed},
 	{name: "while COMMIT waits", waitOn: func(e *env, _ uuid.UUID) func() {
 		return e.commitGate("job_queue", "", gateKey)()
 	}, lockType: "advisory", want: failCommitUnconfirmed},
@@ -498,7 +497,7 @@ func runToKillPoint(t *testing.T, ctx context.Context, e *env, kp killPoint, loc
 		onFailpoint(t, kp.hook, tag, func(context.Context, any) { e.killApp(app) })
 		return pool, op(tctx, pool)
 	case kp.lostReply:
-		onFailpoint(t, failpoint.TxnBeforeCommit, tag, func(context.Context, any) { proxy.DropReply("COMMIT") })
+		onFailpoint(t, "txn/before-commit", tag, func(context.Context, any) { proxy.DropReply("COMMIT") })
 		err := op(tctx, pool)
 		if proxy.Dropped() != 1 {
 			t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())

@@ -22,7 +22,7 @@ import (
 
 func onSource(source uuid.UUID, fn func(attempt int)) failpoint.Hook {
 	return func(_ context.Context, arg any) {
-		if c, ok := arg.(failpoint.ReplayCall); ok && c.SourceJobID == source {
+		if c, ok := arg.(replay.FailpointCall); ok && c.SourceJobID == source {
 			fn(c.Attempt)
 		}
 	}
@@ -35,10 +35,10 @@ func TestLockLoopRetriesWhenTheSourceBecomesEligibleBetweenStatements(t *testing
 	ownBySingleStepWorkflow(t, pool, sourceID)
 
 	var locks, misses []int
-	defer failpoint.Enable(failpoint.ReplayBeforeSourceLock, onSource(sourceID, func(attempt int) {
+	defer failpoint.Enable(replay.FailpointBeforeSourceLock, onSource(sourceID, func(attempt int) {
 		locks = append(locks, attempt)
 	}))()
-	defer failpoint.Enable(failpoint.ReplayAfterLockMiss, onSource(sourceID, func(attempt int) {
+	defer failpoint.Enable(replay.FailpointAfterLockMiss, onSource(sourceID, func(attempt int) {
 		misses = append(misses, attempt)
 		// Committed on another connection: the next statement sees it.
 		testdb.Exec(t, pool, `UPDATE workflow_steps SET job_id = NULL WHERE job_id = $1`, sourceID)
@@ -64,11 +64,11 @@ func TestLockLoopGivesUpAfterItsBound(t *testing.T) {
 	// lets go: the source looks eligible to every unlocked read and to no
 	// locking one.
 	attempts := 0
-	defer failpoint.Enable(failpoint.ReplayBeforeSourceLock, onSource(sourceID, func(attempt int) {
+	defer failpoint.Enable(replay.FailpointBeforeSourceLock, onSource(sourceID, func(attempt int) {
 		attempts = attempt
 		testdb.Exec(t, pool, `UPDATE workflow_steps SET job_id = $1 WHERE step_key = 'flapping'`, sourceID)
 	}))()
-	defer failpoint.Enable(failpoint.ReplayAfterLockMiss, onSource(sourceID, func(int) {
+	defer failpoint.Enable(replay.FailpointAfterLockMiss, onSource(sourceID, func(int) {
 		testdb.Exec(t, pool, `UPDATE workflow_steps SET job_id = NULL WHERE step_key = 'flapping'`)
 	}))()
 

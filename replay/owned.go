@@ -25,9 +25,9 @@ import (
 
 // insertAndCommit sends the replay insert and COMMIT in one batch.
 //
-// The failpoints that used to sit between the two, ReplayAfterInsert and
-// TxnBeforeCommit, fire just before the batch is sent: there is no moment
-// in between at which the client could act.
+// The failpoints between the two, fpAfterInsert and
+// txn.FailpointBeforeCommit, fire just before the batch is sent: there is
+// no moment in between at which the client could act.
 //
 // Telling the insert's failure from the COMMIT's: the server runs the
 // batch in order and an error skips the rest, so an error the server
@@ -45,8 +45,8 @@ import (
 // that holds no writes, and pgx.ErrNoRows is returned for the caller to
 // report.
 func (s *session) insertAndCommit(ctx context.Context, req Request, params db.JobReplayInsertParams) (db.JobReplayInsertRow, error) {
-	failpoint.Inject(ctx, failpoint.ReplayAfterInsert, call(req, 0))
-	failpoint.Inject(ctx, failpoint.TxnBeforeCommit, failpoint.TxnCall{Op: ownedOperation})
+	failpoint.Inject(ctx, fpAfterInsert, call(req, 0))
+	failpoint.Inject(ctx, txn.FailpointBeforeCommit, txn.FailpointCall{Op: ownedOperation})
 	var p pipeline
 	insert := queue(&p, func(q db.DBTX) (db.JobReplayInsertRow, error) {
 		return queries.JobReplayInsert(ctx, q, params)

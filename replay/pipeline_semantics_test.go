@@ -63,7 +63,7 @@ func TestSecondLookupDoesNotRunWhenTheSourceLockMisses(t *testing.T) {
 	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 	replayID := uuid.Must(uuid.NewV7())
 
-	defer failpoint.Enable(failpoint.ReplayAfterLookup, onSource(sourceID, func(int) {
+	defer failpoint.Enable(replay.FailpointAfterLookup, onSource(sourceID, func(int) {
 		// Another connection: a replay of run 1 under this key, then the
 		// source is re-run.
 		testdb.Exec(t, pool, `INSERT INTO job_queue (id, job_type, max_attempts) VALUES ($1, 'email', 5)`, replayID)
@@ -149,7 +149,7 @@ func TestContextDoneBeforeTheFinalBatchRollsBack(t *testing.T) {
 	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer failpoint.Enable(failpoint.ReplayAfterSourceLock, onSource(sourceID, func(int) { cancel() }))()
+	defer failpoint.Enable(replay.FailpointAfterSourceLock, onSource(sourceID, func(int) { cancel() }))()
 
 	_, err := replay.SucceededJob(callCtx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 	if !errors.Is(err, context.Canceled) || errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CategoryOf(err) != runledger.CategoryTransient {
@@ -206,3 +206,4 @@ func TestMismatchActualEqualsTheJobAsRead(t *testing.T) {
 		}
 	}
 }
+

@@ -16,7 +16,7 @@
 // and the job type's definition FOR SHARE; a conflict found before the
 // source lock, a mismatch and a NotFound lock nothing.
 //
-// Round trips: the statements are those of the reference protocol, sent in
+// Round trips: the statements of the protocol are sent in
 // pgx batches (pipelines) so that a replay costs three round trips to the
 // server instead of nine: [BEGIN READ COMMITTED + lineage lookup], [source
 // lock + second lookup + classification read], [insert + COMMIT]. An
@@ -93,7 +93,7 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 		return nil, err
 	}
 	if !s.committed {
-		failpoint.Inject(ctx, failpoint.TxnBeforeCommit, failpoint.TxnCall{Op: ownedOperation})
+		failpoint.Inject(ctx, txn.FailpointBeforeCommit, txn.FailpointCall{Op: ownedOperation})
 		if err := commit(ctx, c); err != nil {
 			abandon(ctx, c)
 			return nil, err
@@ -146,7 +146,7 @@ func run(ctx context.Context, s *session, req Request) (Outcome, error) {
 	if found != nil {
 		return existingOutcome(req, *found)
 	}
-	failpoint.Inject(ctx, failpoint.ReplayAfterLookup, call(req, 0))
+	failpoint.Inject(ctx, fpAfterLookup, call(req, 0))
 	// 2. Lock the source while it is eligible, or classify why it is not;
 	// 3. in the same round trip, once it is locked, look up the lineage
 	// again: a concurrent identical request may have committed its replay
@@ -155,13 +155,9 @@ func run(ctx context.Context, s *session, req Request) (Outcome, error) {
 	if out != nil || err != nil {
 		return out, err
 	}
-	failpoint.Inject(ctx, failpoint.ReplayAfterSourceLock, call(req, 0))
+	failpoint.Inject(ctx, fpAfterSourceLock, call(req, 0))
 	// 4. Create the replay, its event and the lineage in one statement.
 	return insertReplay(ctx, s, req, source)
-}
-
-func call(req Request, attempt int) failpoint.ReplayCall {
-	return failpoint.ReplayCall{SourceJobID: req.SourceJobID, Key: req.Key, Attempt: attempt}
 }
 
 // lineage is a lineage row of the request as a lookup returns it: the
@@ -206,7 +202,7 @@ func (s *session) findExisting(ctx context.Context, req Request) (*lineage, erro
 		if lookup.err != nil { // no row: the statement always returns one
 			return nil, runledger.InvariantViolated("lineage lookup returned no row")
 		}
-		failpoint.Inject(ctx, failpoint.TxnAfterBegin, failpoint.TxnCall{Op: ownedOperation})
+		failpoint.Inject(ctx, txn.FailpointAfterBegin, txn.FailpointCall{Op: ownedOperation})
 		if !txn.IsReadCommitted(lookup.val.Isolation) {
 			return nil, runledger.InvariantViolated(fmt.Sprintf("owned replay transaction runs at %s, not READ COMMITTED", lookup.val.Isolation))
 		}
@@ -293,7 +289,7 @@ type lockAttempt struct {
 func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForReplayRow, Outcome, error) {
 	var none db.JobLockForReplayRow
 	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
-		failpoint.Inject(ctx, failpoint.ReplayBeforeSourceLock, call(req, attempt))
+		failpoint.Inject(ctx, fpBeforeSourceLock, call(req, attempt))
 		token := strconv.FormatUint(lockTokens.Add(1), 36)
 		got, err := s.lockRoundTrip(ctx, req, token)
 		if err != nil {
@@ -317,15 +313,15 @@ func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForRepl
 		if got.existing != nil {
 			return none, nil, runledger.InvariantViolated("second lineage lookup ran although the source lock missed")
 		}
-		failpoint.Inject(ctx, failpoint.ReplayAfterLockMiss, call(req, attempt))
+		failpoint.Inject(ctx, fpAfterLockMiss, call(req, attempt))
 
 		actual := got.actual
 		if actual != nil && eligible(req, *actual) && actual.WorkflowManaged {
 			// The one verdict that ends the call with an error rather than
 			// an outcome or another attempt is read again, in a statement
-			// of its own after the ReplayAfterLockMiss failpoint, as the
-			// reference reads it (step 3.2(b)): workflow membership may be
-			// what changed between the locking read and the pipelined read.
+			// of its own after the fpAfterLockMiss failpoint: workflow
+			// membership may be what changed between the locking read and
+			// the pipelined read.
 			// An error path only, so the extra round trip is never on a
 			// measured path.
 			actual, err = s.classify(ctx, req, token)
@@ -459,7 +455,7 @@ func insertReplay(ctx context.Context, s *session, req Request, source db.JobLoc
 		return nil, err
 	}
 	if !s.owned {
-		failpoint.Inject(ctx, failpoint.ReplayAfterInsert, call(req, 0))
+		failpoint.Inject(ctx, fpAfterInsert, call(req, 0))
 	}
 	committed := ""
 	if s.owned {

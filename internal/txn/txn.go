@@ -18,6 +18,27 @@ import (
 	"github.com/runledger-go/runledger/internal/failpoint"
 )
 
+// Failpoints of owned transactions (ReadCommitted, and replay.SucceededJob,
+// which runs its transaction by hand). Each receives a FailpointCall.
+const (
+	// FailpointAfterBegin: the transaction has begun; the operation is
+	// next. In replay.SucceededJob BEGIN travels with the first lookup, and
+	// this point fires once that batch has returned.
+	FailpointAfterBegin = "txn/after-begin"
+	// FailpointBeforeCommit: the operation succeeded; COMMIT is next. In
+	// replay.SucceededJob's insert path COMMIT travels with the insert, and
+	// this point fires just before that batch is sent.
+	FailpointBeforeCommit = "txn/before-commit"
+)
+
+func init() { failpoint.Declare(FailpointAfterBegin, FailpointBeforeCommit) }
+
+// FailpointCall identifies an owned transaction at a failpoint by its
+// operation name ("successful job replay", "job enqueue", ...).
+type FailpointCall struct {
+	Op string
+}
+
 // Beginner starts transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
 // savepoint) satisfy it.
 type Beginner interface {
@@ -40,13 +61,13 @@ func ReadCommitted[T any](ctx context.Context, b Beginner, op string, fn func(pg
 	if err != nil {
 		return zero, dberr.Translate(ctx, "begin "+op+" transaction", err)
 	}
-	failpoint.Inject(ctx, failpoint.TxnAfterBegin, failpoint.TxnCall{Op: op})
+	failpoint.Inject(ctx, FailpointAfterBegin, FailpointCall{Op: op})
 	out, err := fn(tx)
 	if err != nil {
 		Rollback(ctx, tx)
 		return zero, err
 	}
-	failpoint.Inject(ctx, failpoint.TxnBeforeCommit, failpoint.TxnCall{Op: op})
+	failpoint.Inject(ctx, FailpointBeforeCommit, FailpointCall{Op: op})
 	if err := tx.Commit(ctx); err != nil {
 		return zero, dberr.CommitUnconfirmed("commit "+op+" transaction", err)
 	}
