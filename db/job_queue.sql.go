@@ -599,7 +599,14 @@ const jobGetForReplayClassification = `-- name: JobGetForReplayClassification :o
 SELECT job_queue.status,
        job_queue.run_number,
        EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
-       to_jsonb(job_queue) AS job
+       (to_jsonb(job_queue) || jsonb_build_object(
+           'next_run_at', to_char(next_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'lease_expires_at', to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'last_heartbeat_at', to_char(last_heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'started_at', to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'finished_at', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'created_at', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'updated_at', to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))::jsonb AS job
 FROM job_queue
 WHERE job_queue.id = $1
   AND organization_id IS NOT DISTINCT FROM $2::uuid
@@ -619,18 +626,17 @@ type JobGetForReplayClassificationRow struct {
 	Job             []byte
 }
 
-// JobGetForReplayClassification reads the same job in the caller's
+// JobGetForReplayClassification reads the replay source in the caller's
 // scope without any lock, to tell NotFound, a mismatch and a
-// workflow-managed source apart after the locking read found nothing; a
-// rejected request therefore leaves no row lock behind. It reads only when
-// the locking read of this attempt missed (runledger.replay_source_lock is
-// not @lock_token), so it can travel in the same round trip as the locking
-// read. status, run_number and workflow_managed classify; job is the whole
-// row (to_jsonb, every column under its name), decoded only for a
-// mismatch's actual job: one column rather than thirty keeps the statement
-// cheap to describe on the paths that do not need it, the insert path
-// above all, where it runs, reads nothing and still sends its row
-// description.
+// workflow-managed source apart once the locking read found nothing (so a
+// rejected request leaves no row lock behind). It reads only when this
+// attempt's locking read missed (runledger.replay_source_lock is not
+// @lock_token), so it can share that read's round trip. job is the whole
+// row as one jsonb column, decoded only for a mismatch: one column keeps
+// the row description small on the paths that read nothing. Its
+// timestamps are rewritten in UTC ("...Z"), so they parse as RFC 3339
+// whatever the session's TimeZone (whose historic offsets can have
+// seconds) and for any year from 1 to 9999.
 func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, arg JobGetForReplayClassificationParams) (JobGetForReplayClassificationRow, error) {
 	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.ID, arg.OrganizationID, arg.LockToken)
 	var i JobGetForReplayClassificationRow

@@ -207,3 +207,34 @@ func TestMismatchActualEqualsTheJobAsRead(t *testing.T) {
 	}
 }
 
+// The mismatch's actual job is right whatever the session's TimeZone, for
+// any year from 1 to 9999: zones with historic offsets in seconds (New
+// York before 1883 is -04:56:02) and dates a zone moves past year 9999.
+func TestMismatchActualJobInAnySessionTimeZone(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	for _, zone := range []string{"America/New_York", "Asia/Kolkata"} {
+		pool := testdb.OpenPool(t, testdb.NewURL(t), 2, map[string]string{"timezone": zone})
+		for _, at := range []string{"1850-01-01 00:00:00+00", "0001-01-01 00:00:00+00", "9999-12-31 23:59:59.999999+00"} {
+			id := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+			testdb.Exec(t, pool, `UPDATE job_queue SET next_run_at = $2::timestamptz, started_at = $2::timestamptz,
+				lease_expires_at = $2::timestamptz WHERE id = $1`, id, at)
+			out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: id, ExpectedRunNumber: 2, Key: "k", Reason: "r"})
+			m, ok := out.(replay.ExpectationMismatch)
+			if err != nil || !ok {
+				t.Fatalf("%s, %s: outcome %T %v", zone, at, out, err)
+			}
+			row, err := db.New().JobGetByID(ctx, pool, db.JobGetByIDParams{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := rows.Job(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(m.Actual, want) {
+				t.Fatalf("%s, %s: actual\n%+v\nwant\n%+v", zone, at, m.Actual, want)
+			}
+		}
+	}
+}

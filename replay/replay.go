@@ -333,7 +333,7 @@ func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForRepl
 			return none, NotFound{}, nil
 		}
 		if !eligible(req, *actual) {
-			job, err := actualJob(actual.Job)
+			job, err := rows.JobJSON(actual.Job)
 			if err != nil {
 				return none, nil, err
 			}

@@ -4,7 +4,9 @@
 package rows
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/runledger-go/runledger"
@@ -13,32 +15,24 @@ import (
 
 // Job converts a job_queue row. Times become UTC.
 func Job(r db.JobQueue) (runledger.Job, error) {
-	status, err := runledger.ParseJobStatus(string(r.Status))
-	if err != nil {
-		return runledger.Job{}, err
-	}
-	stage, err := runledger.ParseJobStage(r.Stage)
-	if err != nil {
-		return runledger.Job{}, err
-	}
-	return runledger.Job{
+	return checked(runledger.Job{
 		ID:                   r.ID,
 		JobType:              r.JobType,
 		OrganizationID:       r.OrganizationID,
 		Payload:              rawJSON(r.Payload),
-		Status:               status,
+		Status:               runledger.JobStatus(r.Status),
 		Priority:             r.Priority,
 		RunNumber:            r.RunNumber,
 		Attempt:              r.Attempt,
 		MaxAttempts:          r.MaxAttempts,
 		TimeoutSeconds:       r.TimeoutSeconds,
-		NextRunAt:            r.NextRunAt.UTC(),
-		LeaseExpiresAt:       utcPtr(r.LeaseExpiresAt),
-		LastHeartbeatAt:      utcPtr(r.LastHeartbeatAt),
+		NextRunAt:            r.NextRunAt,
+		LeaseExpiresAt:       r.LeaseExpiresAt,
+		LastHeartbeatAt:      r.LastHeartbeatAt,
 		WorkerID:             r.WorkerID,
-		StartedAt:            utcPtr(r.StartedAt),
-		FinishedAt:           utcPtr(r.FinishedAt),
-		Stage:                stage,
+		StartedAt:            r.StartedAt,
+		FinishedAt:           r.FinishedAt,
+		Stage:                runledger.JobStage(r.Stage),
 		ProgressDone:         r.ProgressDone,
 		ProgressTotal:        r.ProgressTotal,
 		ProgressPct:          r.ProgressPct,
@@ -48,10 +42,44 @@ func Job(r db.JobQueue) (runledger.Job, error) {
 		StatusReason:         r.StatusReason,
 		LastErrorCode:        r.LastErrorCode,
 		LastErrorMessage:     r.LastErrorMessage,
-		CreatedAt:            r.CreatedAt.UTC(),
-		UpdatedAt:            r.UpdatedAt.UTC(),
+		CreatedAt:            r.CreatedAt,
+		UpdatedAt:            r.UpdatedAt,
 		ExecutionResourceKey: r.ExecutionResourceKey,
-	}, nil
+	})
+}
+
+// JobJSON converts a job_queue row read as one jsonb value (to_jsonb of the
+// row with its timestamps in UTC, RFC 3339): its keys are the column names,
+// which runledger.Job's JSON fields spell the same way; enqueue_request is
+// not part of the record and is skipped. A NULL jsonb column arrives as
+// JSON null and becomes nil, as Job gives it. Times become UTC.
+func JobJSON(raw []byte) (runledger.Job, error) {
+	var j runledger.Job
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return runledger.Job{}, runledger.InvariantViolated(fmt.Sprintf("decode job row: %v", err))
+	}
+	j.Payload, j.Checkpoint, j.Output = nullJSON(j.Payload), nullJSON(j.Checkpoint), nullJSON(j.Output)
+	return checked(j)
+}
+
+// checked validates a decoded job's status and stage and puts its times in
+// UTC: the one place every job row passes through.
+func checked(j runledger.Job) (runledger.Job, error) {
+	var err error
+	if j.Status, err = runledger.ParseJobStatus(string(j.Status)); err != nil {
+		return runledger.Job{}, err
+	}
+	if j.Stage, err = runledger.ParseJobStage(string(j.Stage)); err != nil {
+		return runledger.Job{}, err
+	}
+	j.NextRunAt = j.NextRunAt.UTC()
+	j.LeaseExpiresAt = utcPtr(j.LeaseExpiresAt)
+	j.LastHeartbeatAt = utcPtr(j.LastHeartbeatAt)
+	j.StartedAt = utcPtr(j.StartedAt)
+	j.FinishedAt = utcPtr(j.FinishedAt)
+	j.CreatedAt = j.CreatedAt.UTC()
+	j.UpdatedAt = j.UpdatedAt.UTC()
+	return j, nil
 }
 
 // Jobs converts rows in order, stopping at the first that fails.
@@ -105,6 +133,14 @@ func rawJSON(b []byte) json.RawMessage {
 		return nil
 	}
 	return json.RawMessage(b)
+}
+
+// nullJSON maps a nested JSON null (a NULL jsonb column) to nil.
+func nullJSON(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 || bytes.Equal(m, []byte("null")) {
+		return nil
+	}
+	return m
 }
 
 func utcPtr(t *time.Time) *time.Time {
