@@ -11,6 +11,14 @@ import (
 	"strings"
 )
 
+// EnvBinDir names an environment variable holding the directory of the
+// initdb and postgres to run, for every caller that does not pass
+// Options.BinDir (the tests, the demo, the benchmarks). When it is set it is
+// the only place looked at: a directory without the programs is an error,
+// not a reason to fall back to the machine's own binaries. tools/pgbin
+// prints such a directory for each PostgreSQL major from 13 to 18.
+const EnvBinDir = "RUNLEDGER_PG_BINDIR"
+
 // ErrNoBinaries is returned (wrapped, with the places searched and an install
 // hint) by Start when no directory holding both initdb and postgres can be
 // found. Match it with errors.Is.
@@ -33,7 +41,8 @@ var versionedGlobs = []string{
 }
 
 // FindBinDir returns the directory Start would run initdb and postgres from:
-// override if set (and nothing else), else the directory that initdb (or
+// override if set (and nothing else), else $RUNLEDGER_PG_BINDIR (EnvBinDir)
+// if set (and nothing else), else the directory that initdb (or
 // postgres) on PATH resolves to after following symlinks, else the newest
 // /usr/lib/postgresql/*/bin or /usr/pgsql-*/bin (versions compared
 // numerically). It runs nothing. When none qualifies the error wraps
@@ -52,6 +61,13 @@ func findBinDir(override string) (string, error) {
 			return "", fmt.Errorf("%w in BinDir %s (%v); %s", ErrNoBinaries, override, err, installHint)
 		}
 		return override, nil
+	}
+	if env := os.Getenv(EnvBinDir); env != "" {
+		if err := hasServerBinaries(env); err != nil {
+			return "", fmt.Errorf("%w in %s=%s (%v); point it at a bin directory holding both "+
+				"(tools/pgbin MAJOR prints one) or unset it", ErrNoBinaries, EnvBinDir, env, err)
+		}
+		return env, nil
 	}
 
 	var tried []string
@@ -158,4 +174,20 @@ func versionLess(a, b []int) bool {
 		}
 	}
 	return len(a) < len(b)
+}
+
+// libDir returns the lib directory beside binDir when it holds versioned
+// shared libraries (lib*.so.N, as a relocatable build such as the ones
+// tools/pgbin fetches ships its ICU, OpenSSL and libxml2), else "". The
+// server programs then run with it first on LD_LIBRARY_PATH. A
+// distribution's lib directory holds only server modules (plpgsql.so and
+// the like), so the machine's own binaries run with the environment
+// unchanged.
+func libDir(binDir string) string {
+	dir := filepath.Join(filepath.Dir(filepath.Clean(binDir)), "lib")
+	matches, _ := filepath.Glob(filepath.Join(dir, "lib*.so.[0-9]*")) // constant, valid pattern
+	if len(matches) == 0 {
+		return ""
+	}
+	return dir
 }

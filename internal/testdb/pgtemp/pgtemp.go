@@ -12,9 +12,15 @@
 // takes its server with it. The temp dir such a run leaves behind is removed
 // by the next Start on the machine, once no process of that run remains.
 //
+// The binaries are the machine's own (initdb on PATH, or the newest
+// /usr/lib/postgresql/*/bin or /usr/pgsql-*/bin) unless Options.BinDir or the
+// environment variable RUNLEDGER_PG_BINDIR names a directory; tools/pgbin
+// fetches one for each major from 13 to 18, whose lib/ (beside bin/) holds
+// the shared libraries those builds need and is put on LD_LIBRARY_PATH.
+//
 // When the caller is root, initdb and postgres run as the "postgres" OS user
-// (they refuse to run as root); the temp dir must then be reachable by that
-// user, which the default /tmp is.
+// (they refuse to run as root); the temp dir and the binaries must then be
+// reachable by that user, which the default /tmp and tools/pgbin's cache are.
 //
 // Only Linux is supported (parent-death signals are Linux-only).
 package pgtemp
@@ -81,9 +87,10 @@ type Options struct {
 	Durable bool
 
 	// BinDir, if set, is the directory holding initdb and postgres, and
-	// the only place looked at. Otherwise Start uses the directory that
-	// initdb on PATH resolves to (following symlinks), else the newest
-	// /usr/lib/postgresql/*/bin or /usr/pgsql-*/bin.
+	// the only place looked at. Otherwise Start uses $RUNLEDGER_PG_BINDIR
+	// (EnvBinDir) if set, else the directory that initdb on PATH resolves
+	// to (following symlinks), else the newest /usr/lib/postgresql/*/bin
+	// or /usr/pgsql-*/bin. See FindBinDir.
 	BinDir string
 
 	// Settings are extra server settings, passed as -c name=value; they
@@ -103,6 +110,7 @@ type Server struct {
 	opts    Options
 	logf    func(string, ...any)
 	binDir  string
+	libDir  string // first on the programs' LD_LIBRARY_PATH, if set
 	dir     string
 	dataDir string
 	sockDir string
@@ -157,6 +165,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		opts:    opts,
 		logf:    logf,
 		binDir:  binDir,
+		libDir:  libDir(binDir),
 		dir:     dir,
 		dataDir: filepath.Join(dir, "data"),
 		sockDir: filepath.Join(dir, "sock"),
@@ -218,6 +227,9 @@ func (s *Server) URL(dbname string) string {
 
 // Port returns the TCP port the server listens on (on 127.0.0.1).
 func (s *Server) Port() int { return s.port }
+
+// BinDir returns the directory the server's initdb and postgres came from.
+func (s *Server) BinDir() string { return s.binDir }
 
 // Dir returns the server's temp dir: data/ (the cluster), sock/ (the unix
 // socket) and server.log. Stop removes it.
@@ -298,7 +310,7 @@ func (s *Server) initdb(ctx context.Context) error {
 		"-D", s.dataDir, "-A", "trust", "-U", "postgres",
 		"--encoding=UTF8", "--no-locale", "--no-sync")
 	cmd.Dir = s.dir // the caller's cwd may be unreadable for postgres
-	cmd.Env = childEnv()
+	cmd.Env = childEnv(s.libDir)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	p, err := startProcess(cmd, syscall.SIGKILL)
@@ -350,7 +362,7 @@ func (s *Server) startPostgres(ctx context.Context) error {
 
 	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), s.serverArgs()...)
 	cmd.Dir = s.dir
-	cmd.Env = childEnv()
+	cmd.Env = childEnv(s.libDir)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	p, err := startProcess(cmd, syscall.SIGQUIT)

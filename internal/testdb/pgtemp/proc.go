@@ -137,15 +137,27 @@ func serverCredential() (*syscall.Credential, error) {
 
 // childEnv is our environment without the variables that would change what
 // the server programs do or print: libpq's PG* settings, and the locale
-// (C, so the log text matched in isBindFailure stays English).
-func childEnv() []string {
+// (C, so the log text matched in isBindFailure stays English). A non-empty
+// lib (see libDir) goes first on LD_LIBRARY_PATH.
+func childEnv(lib string) []string {
 	var env []string
+	ldPath := ""
 	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
+		name, value, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "PG") || strings.HasPrefix(name, "LC_") || name == "LANG" || name == "LANGUAGE" {
 			continue
 		}
+		if name == "LD_LIBRARY_PATH" && lib != "" {
+			ldPath = value
+			continue
+		}
 		env = append(env, kv)
+	}
+	if lib != "" {
+		if ldPath != "" {
+			lib += ":" + ldPath
+		}
+		env = append(env, "LD_LIBRARY_PATH="+lib)
 	}
 	return append(env, "LC_ALL=C")
 }
