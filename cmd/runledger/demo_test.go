@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // demoTitles are the steps the demo must print, in order, on a throwaway
@@ -325,8 +326,10 @@ func testDemoWithoutPostgreSQL(t *testing.T, c *cli) {
 	cmd := c.command(t, env{tmpDir: demoTmp(t)}, "unused")
 	cmd.Path = unshare
 	cmd.Args = []string{"unshare", "-m", "sh", "-c", script.String()}
-	// A PATH without initdb, and a Docker endpoint that does not answer.
-	cmd.Env = append(cmd.Env, "PATH=/usr/bin:/bin", "DOCKER_HOST=unix://"+filepath.Join(empty, "no-docker.sock"))
+	// A PATH without initdb, no binaries named, and a Docker endpoint that
+	// does not answer.
+	cmd.Env = append(cmd.Env, "PATH=/usr/bin:/bin", pgtemp.EnvBinDir+"=",
+		"DOCKER_HOST=unix://"+filepath.Join(empty, "no-docker.sock"))
 	if p, err := exec.LookPath("initdb"); err == nil && strings.HasPrefix(p, "/usr/bin") {
 		t.Skip("initdb is in /usr/bin")
 	}

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/ory/dockertest/v3"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
+	"github.com/runledger-go/runledger/internal/testdb/pgselect"
 	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
@@ -37,42 +40,59 @@ type scratchDatabase struct {
 }
 
 // openScratchDatabase returns the configured database, or starts a
-// throwaway one: from local server binaries if there are any (fast, no
-// durability: fsync off), else in Docker if a daemon answers. The server
-// dies with this process even if Close is never called. With neither, the
-// error says what to install.
+// throwaway one, choosing in package pgselect's order: the binaries in
+// RUNLEDGER_PG_BINDIR if set, else Docker if a daemon answers, else the
+// machine's own server binaries (fast, no durability: fsync off). The server
+// dies with this process even if Close is never called. With nothing
+// available, the error says what to install.
 func openScratchDatabase(ctx context.Context, inv *invocation) (*scratchDatabase, error) {
-	if u, err := inv.URL(); err == nil {
+	u, urlErr := inv.URL()
+	var pool *dockertest.Pool
+	src, err := pgselect.Choose(pgselect.Probes{
+		URL:    urlErr == nil,
+		BinDir: os.Getenv(pgtemp.EnvBinDir),
+		Docker: func() (err error) {
+			pool, err = pgdocker.Ping(ctx, 3*time.Second)
+			return err
+		},
+		Local: func() error {
+			_, err := pgtemp.FindBinDir("")
+			return err
+		},
+	})
+	var none *pgselect.NoServerError
+	switch {
+	case errors.As(err, &none):
+		return nil, &runledger.Error{
+			Code: codeNoServer, Category: runledger.CategoryInternal,
+			Message: "no PostgreSQL to run on: no Docker daemon answered, and no server binaries (initdb, postgres) on PATH " +
+				"or in the usual install directories. Install the PostgreSQL server package (Debian/Ubuntu: apt-get install postgresql; " +
+				"Fedora/RHEL: dnf install postgresql-server; macOS: brew install postgresql), or start Docker, " +
+				"or set DATABASE_URL to a database this command may write to",
+			Detail: fmt.Sprintf("docker: %v", none.Docker),
+			Err:    none.Local,
+		}
+	case err != nil:
+		return nil, err
+	}
+	switch src {
+	case pgselect.SourceURL:
 		cfg, err := parseURL(u)
 		if err != nil {
 			return nil, err
 		}
 		return &scratchDatabase{URL: u, Kind: "configured", Address: serverAddress(&cfg.ConnConfig.Config)}, nil
-	}
-	binDir, binErr := pgtemp.FindBinDir("")
-	if binErr == nil {
-		srv, err := pgtemp.Start(ctx, pgtemp.Options{BinDir: binDir})
-		if err != nil {
-			return nil, interruptedOr(ctx, fmt.Errorf("start a throwaway PostgreSQL server: %w", err))
-		}
-		return &scratchDatabase{
-			URL: srv.URL("postgres"), Kind: "local", Address: fmt.Sprintf("127.0.0.1:%d", srv.Port()),
-			Dir: srv.Dir(), BinDir: binDir, stop: srv.Stop,
-		}, nil
-	}
-	pool, dockerErr := pgdocker.Ping(ctx, 3*time.Second)
-	if dockerErr == nil {
+	case pgselect.SourceDocker:
 		return startDocker(ctx, pool)
 	}
-	return nil, &runledger.Error{
-		Code: codeNoServer, Category: runledger.CategoryInternal,
-		Message: "no PostgreSQL to run on: no server binaries (initdb, postgres) on PATH or in the usual install directories, " +
-			"and no Docker daemon answered. Install the PostgreSQL server package (Debian/Ubuntu: apt-get install postgresql; " +
-			"Fedora/RHEL: dnf install postgresql-server; macOS: brew install postgresql), or start Docker, " +
-			"or set DATABASE_URL to a database this command may write to",
-		Detail: fmt.Sprintf("docker: %v", dockerErr),
-		Err:    binErr,
+	srv, err := pgtemp.Start(ctx, pgtemp.Options{})
+	if err != nil {
+		return nil, interruptedOr(ctx, fmt.Errorf("start a throwaway PostgreSQL server: %w", err))
 	}
+	return &scratchDatabase{
+		URL: srv.URL("postgres"), Kind: "local", Address: fmt.Sprintf("127.0.0.1:%d", srv.Port()),
+		Dir: srv.Dir(), BinDir: srv.BinDir(), stop: srv.Stop,
+	}, nil
 }
 
 // Close stops a server this process started and removes its data; for a

@@ -17,6 +17,7 @@ import (
 	"github.com/ory/dockertest/v3"
 
 	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
+	"github.com/runledger-go/runledger/internal/testdb/pgselect"
 	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
@@ -33,11 +34,11 @@ const (
 	DefaultImage = pgdocker.DefaultImage
 )
 
-// Server kinds, in the order chooseServer prefers them.
+// Server kinds (see package pgselect for the order).
 const (
-	kindURL    = "url"
-	kindDocker = "docker"
-	kindLocal  = "local"
+	kindURL    = string(pgselect.SourceURL)
+	kindDocker = string(pgselect.SourceDocker)
+	kindLocal  = string(pgselect.SourceLocal)
 )
 
 // testSettings are the server settings for servers testdb starts itself:
@@ -50,29 +51,30 @@ var testSettings = []string{
 // errNoServer is the root of the error returned when no server is available.
 var errNoServer = errors.New("testdb: no PostgreSQL server available for tests")
 
-// chooseServer picks where test databases come from: the URL in EnvURL if
-// set, else Docker if dockerPing succeeds, else local server binaries if
-// localBinaries finds them. Each probe runs only if the ones before it did
-// not settle the choice. With none available the error (errNoServer) says
-// what to install, with each probe's reason.
+// chooseServer picks where test databases come from, in package pgselect's
+// order: the URL in EnvURL if set, else the binaries in
+// $RUNLEDGER_PG_BINDIR if set, else Docker if dockerPing succeeds, else
+// local server binaries if localBinaries finds them. Each probe runs only if
+// the ones before it did not settle the choice. With none available the
+// error (errNoServer) says what to install, with each probe's reason.
 func chooseServer(getenv func(string) string, dockerPing func() error, localBinaries func() error) (string, error) {
-	if getenv(EnvURL) != "" {
-		return kindURL, nil
+	src, err := pgselect.Choose(pgselect.Probes{
+		URL:    getenv(EnvURL) != "",
+		BinDir: getenv(pgtemp.EnvBinDir),
+		Docker: dockerPing,
+		Local:  localBinaries,
+	})
+	var none *pgselect.NoServerError
+	if errors.As(err, &none) {
+		return "", fmt.Errorf("%w. Provide one of:\n"+
+			"  - %s: a URL of a PostgreSQL 13+ server's maintenance database, as a role that may create databases\n"+
+			"    (e.g. postgres://postgres:secret@localhost:5432/postgres?sslmode=disable);\n"+
+			"  - Docker: install it and start the daemon (tried: %v);\n"+
+			"  - PostgreSQL server binaries: install the postgresql server package, e.g. apt-get install postgresql on Debian/Ubuntu,\n"+
+			"    or set %s to a bin directory (tools/pgbin MAJOR fetches one) (tried: %v)",
+			errNoServer, EnvURL, none.Docker, pgtemp.EnvBinDir, none.Local)
 	}
-	dockerErr := dockerPing()
-	if dockerErr == nil {
-		return kindDocker, nil
-	}
-	localErr := localBinaries()
-	if localErr == nil {
-		return kindLocal, nil
-	}
-	return "", fmt.Errorf("%w. Provide one of:\n"+
-		"  - %s: a URL of a PostgreSQL 13+ server's maintenance database, as a role that may create databases\n"+
-		"    (e.g. postgres://postgres:secret@localhost:5432/postgres?sslmode=disable);\n"+
-		"  - Docker: install it and start the daemon (tried: %v);\n"+
-		"  - PostgreSQL server binaries: install the postgresql server package, e.g. apt-get install postgresql on Debian/Ubuntu (tried: %v)",
-		errNoServer, EnvURL, dockerErr, localErr)
+	return string(src), err
 }
 
 // server is the PostgreSQL server one test binary uses.
@@ -134,10 +136,11 @@ func startServer(ctx context.Context) (*server, error) {
 	if s.admin, err = pgxpool.New(ctx, s.adminURL); err != nil {
 		return nil, closeAfter(s, fmt.Errorf("testdb: admin pool: %w", err))
 	}
-	if err := checkServer(ctx, s.admin); err != nil {
+	version, err := checkServer(ctx, s.admin)
+	if err != nil {
 		return nil, closeAfter(s, fmt.Errorf("testdb: %s server: %w", kind, err))
 	}
-	logf("using a %s PostgreSQL server (ready in %s)", kind, time.Since(t0).Round(time.Millisecond))
+	logf("using a %s PostgreSQL %s server (ready in %s)", kind, version, time.Since(t0).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -154,24 +157,25 @@ func closeAfter(s *server, err error) error {
 
 // checkServer verifies what the clones rely on: PostgreSQL 13+ (DROP
 // DATABASE ... WITH (FORCE)) and UTF8 in template0 (the empty databases and
-// the template are created from it).
-func checkServer(ctx context.Context, admin *pgxpool.Pool) error {
+// the template are created from it). It returns the server's version text
+// (server_version, e.g. "13.23").
+func checkServer(ctx context.Context, admin *pgxpool.Pool) (string, error) {
 	var version int
-	var encoding string
+	var text, encoding string
 	err := admin.QueryRow(ctx, `
-		SELECT current_setting('server_version_num')::int,
+		SELECT current_setting('server_version_num')::int, current_setting('server_version'),
 		       (SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'template0')`).
-		Scan(&version, &encoding)
+		Scan(&version, &text, &encoding)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if version < 130000 {
-		return fmt.Errorf("PostgreSQL %d is too old; 13 or newer is required", version)
+		return "", fmt.Errorf("PostgreSQL %d is too old; 13 or newer is required", version)
 	}
 	if encoding != "UTF8" {
-		return fmt.Errorf("template0 has encoding %s; UTF8 is required", encoding)
+		return "", fmt.Errorf("template0 has encoding %s; UTF8 is required", encoding)
 	}
-	return nil
+	return text, nil
 }
 
 // startLocal starts a throwaway server from local binaries (pgtemp).

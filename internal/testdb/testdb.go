@@ -1,11 +1,13 @@
 // Package testdb gives each test its own PostgreSQL database, migrated to the
 // current schema, on a real server.
 //
-// A test binary uses one server, chosen on first use in this order: the URL
-// in RUNLEDGER_TEST_DATABASE_URL; a container from Docker (image
+// A test binary uses one server, chosen on first use in package pgselect's
+// order: the URL in RUNLEDGER_TEST_DATABASE_URL; a throwaway server from the
+// binaries in RUNLEDGER_PG_BINDIR when that is set (how the version matrix
+// picks a major); a container from Docker (image
 // RUNLEDGER_TEST_POSTGRES_IMAGE, default postgres:15) when a daemon answers a
-// ping; a throwaway server from local binaries (package pgtemp). Servers that
-// testdb starts run with fsync=off. With none available, tests fail with a
+// ping; a throwaway server from the machine's own binaries (package pgtemp).
+// Servers that testdb starts run with fsync=off. With none available, tests fail with a
 // message naming what to install; they never skip.
 //
 // The schema's migrations (package schema, applied with package goose) are
