@@ -37,6 +37,17 @@ test: ## Run every test with the race detector against real PostgreSQL
 test-short: ## Run the tests, skipping the long reliability runs
 	$(GO) test -race -count=1 -short ./...
 
+MATRIX_VERSIONS ?= 13,14,15,16,17,18
+MATRIX_FLAGS    ?=
+
+.PHONY: pg-binaries
+pg-binaries: ## Fetch (once) the PostgreSQL server builds of MATRIX_VERSIONS with npm (tools/pgbin)
+	@set -e; for v in $$(echo '$(MATRIX_VERSIONS)' | tr , ' '); do tools/pgbin $$v; done
+
+.PHONY: test-matrix
+test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIONS (13-18); print a table
+	$(GO) run ./internal/testdb/matrix -versions '$(MATRIX_VERSIONS)' $(MATRIX_FLAGS)
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	@set -e; for pkg in $$($(GO) list ./...); do \
