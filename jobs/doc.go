@@ -2,7 +2,8 @@
 // job definitions, enqueue (keyed and unkeyed), claim with leases,
 // completion, failure with retry and dead-lettering, cancellation, expired
 // lease recovery, workflow membership, and the reads (jobs, events, lists,
-// replay lineage).
+// and GetDetail: a job with its events and replay lineage in one snapshot;
+// the lineage reads themselves are package replay's List and Origin).
 //
 // # Entry points
 //

@@ -137,9 +137,9 @@ func TestTenantIsolationMatrix(t *testing.T) {
 		{"jobs.NewestEvents", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
 			return jobs.NewestEvents(ctx, tx, s, id, 10)
 		}},
-		{"jobs.Replays", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { return jobs.Replays(ctx, tx, s, id) }},
-		{"jobs.ReplayedFrom", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
-			return jobs.ReplayedFrom(ctx, tx, s, id)
+		{"replay.List", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { return replay.List(ctx, tx, s, id) }},
+		{"replay.Origin", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
+			return replay.Origin(ctx, tx, s, id)
 		}},
 		{"jobs.CancelTx", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
 			return jobs.CancelTx(ctx, tx, jobs.CancelRequest{Scope: s, JobID: id, Reason: "tenant probe"})

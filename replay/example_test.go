@@ -82,7 +82,7 @@ func ExampleSucceededJobTx() {
 	if err := tx.Commit(ctx); err != nil {
 		log.Fatal(err)
 	}
-	from, err := jobs.ReplayedFrom(ctx, pool, runledger.ScopeOf(source.OrganizationID), r.Replay.JobID)
+	from, err := replay.Origin(ctx, pool, runledger.ScopeOf(source.OrganizationID), r.Replay.JobID)
 	if err != nil {
 		log.Fatal(err)
 	}

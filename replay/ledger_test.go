@@ -95,7 +95,7 @@ func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 	if second.Disposition != runledger.DispositionInserted {
 		t.Fatalf("replay of a replay: %+v", second)
 	}
-	from, err := jobs.ReplayedFrom(ctx, pool, done.Scope(), second.Replay.JobID)
+	from, err := replay.Origin(ctx, pool, done.Scope(), second.Replay.JobID)
 	if err != nil || from == nil || from.SourceJobID != done.ID {
 		t.Fatalf("lineage of the second replay: %+v %v", from, err)
 	}

@@ -23,6 +23,9 @@
 // idempotent retry costs two ([BEGIN + lookup], [COMMIT]); a mismatch or
 // NotFound three. In a caller's transaction the isolation check rides on
 // the first lookup. See docs/PERFORMANCE.md.
+//
+// List and Origin read the lineage this package writes: the replays made
+// from a job, and the job a replay was made from.
 package replay
 
 import (

@@ -6,11 +6,9 @@ import (
 	"io"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/internal/dberr"
-	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -58,42 +56,18 @@ Exit codes: 0 done; 2 invalid input; 4 not found in the caller's scope;
 	},
 }
 
-// beginner starts transactions: a pool or a connection.
-type beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
-// showJob reads a job, its events and its lineage in one REPEATABLE READ
-// read-only transaction, so the four reads agree with each other.
-func showJob(ctx context.Context, db beginner, scope runledger.Scope, id uuid.UUID) (*jobView, error) {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+// showJob reads the job detail for jobs show.
+func showJob(ctx context.Context, pool *pgxpool.Pool, scope runledger.Scope, id uuid.UUID) (*jobView, error) {
+	d, err := jobs.GetDetail(ctx, pool, scope, id)
 	if err != nil {
-		return nil, dberr.Translate(ctx, "begin jobs show transaction", err)
-	}
-	defer txn.Rollback(ctx, tx)
-	v := &jobView{scope: scope}
-	if v.Job, err = jobs.Get(ctx, tx, scope, id); err != nil {
 		return nil, err
 	}
-	if v.Events, err = jobs.Events(ctx, tx, scope, id); err != nil {
-		return nil, err
-	}
-	if v.Replays, err = jobs.Replays(ctx, tx, scope, id); err != nil {
-		return nil, err
-	}
-	if v.ReplayedFrom, err = jobs.ReplayedFrom(ctx, tx, scope, id); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return &jobView{d}, nil
 }
 
-// jobView is the output of jobs show.
+// jobView is the output of jobs show: the detail's JSON, and its text.
 type jobView struct {
-	Job          runledger.Job             `json:"job"`
-	Events       []runledger.JobEvent      `json:"events"`
-	Replays      []runledger.ReplayLineage `json:"replays"`
-	ReplayedFrom *runledger.ReplayLineage  `json:"replayed_from"`
-	scope        runledger.Scope
+	jobs.Detail
 }
 
 func (v *jobView) text(w io.Writer) {
