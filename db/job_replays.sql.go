@@ -86,24 +86,15 @@ type JobReplayGetForRequestRow struct {
 	ReplayRunNumber *int32
 }
 
-// JobReplayGetForRequest finds the lineage row of one replay request, keyed
-// by (source, expected run, request key), within the caller's scope, which
-// is checked on the source row with a null-safe match (NULL, the global
-// scope, matches only NULL). It returns the stored reason. When that reason
-// equals @reason it also locks the replay job FOR NO KEY UPDATE and returns
-// its current status and run, which then stay true until the transaction
-// ends (workers' SKIP LOCKED claims pass the job by). With another reason
-// nothing is locked and the replay columns are NULL. Neither the source nor
-// job_replays is locked.
-//
-// It is also the isolation probe, so a caller's transaction is checked in
-// the same round trip: it always returns exactly one row, whose isolation
-// is the transaction's level, and it looks for lineage only when that level
-// is READ COMMITTED (or READ UNCOMMITTED, which PostgreSQL runs as read
-// committed). Under any other level the lineage CTE is empty, so nothing is
-// read or locked and the lineage columns are NULL; the caller refuses the
-// request. (CTEs joined with LEFT JOIN rather than LEFT JOIN LATERAL: sqlc
-// types the lateral's columns NOT NULL.)
+// JobReplayGetForRequest finds the lineage of one replay request (source,
+// run, request key) in the caller's scope, checked null-safe on the
+// source. When the stored reason equals @reason it locks the replay job
+// FOR NO KEY UPDATE (its status and run then hold until the transaction
+// ends; workers' SKIP LOCKED claims pass it by); otherwise it locks
+// nothing. It is also the isolation probe: it always returns one row with
+// the transaction's level, and looks for lineage only under READ
+// COMMITTED, so a refused caller has read and locked nothing. (LEFT JOIN
+// of CTEs, not LATERAL: sqlc would type the lateral's columns NOT NULL.)
 func (q *Queries) JobReplayGetForRequest(ctx context.Context, db DBTX, arg JobReplayGetForRequestParams) (JobReplayGetForRequestRow, error) {
 	row := db.QueryRow(ctx, jobReplayGetForRequest,
 		arg.SourceJobID,
@@ -164,16 +155,12 @@ type JobReplayGetForRequestAfterSourceLockRow struct {
 	ReplayRunNumber *int32
 }
 
-// JobReplayGetForRequestAfterSourceLock is the second lineage lookup, run
-// once the source is locked: JobReplayGetForRequest's lookup and locks
-// (the replay job FOR NO KEY UPDATE only when the stored reason equals
-// @reason), without the isolation probe, and only if the locking read of
-// this attempt (the one that set runledger.replay_source_lock to
-// @lock_token) returned the source. After a miss it reads nothing and locks
-// nothing, so it can travel in the same round trip as the locking read.
-// Being a statement of its own it takes a fresh READ COMMITTED snapshot
-// after the lock wait, and sees lineage that the previous lock holder
-// committed. No row when there is no lineage (or the lock missed).
+// JobReplayGetForRequestAfterSourceLock is JobReplayGetForRequest's lookup
+// and replay lock without the probe, run only when this attempt's locking
+// read took the source (runledger.replay_source_lock = @lock_token), so it
+// can share that read's round trip. Its own snapshot, taken after the lock
+// wait, sees the lineage the previous lock holder committed. No row when
+// there is no lineage or the lock missed.
 func (q *Queries) JobReplayGetForRequestAfterSourceLock(ctx context.Context, db DBTX, arg JobReplayGetForRequestAfterSourceLockParams) (JobReplayGetForRequestAfterSourceLockRow, error) {
 	row := db.QueryRow(ctx, jobReplayGetForRequestAfterSourceLock,
 		arg.SourceJobID,
@@ -257,18 +244,13 @@ type JobReplayInsertRow struct {
 	LineageCount    int64
 }
 
-// JobReplayInsert creates the replay of a source the caller has locked, in
-// one statement: the new job (type, organization, payload, priority,
-// max_attempts, timeout_seconds and execution_resource_key copied from the
-// source; run 1, attempt 0, PENDING, stage queued, next_run_at now(); no
-// idempotency key, no request snapshot, nothing else copied), its single
-// ENQUEUED event carrying the provenance, and the lineage row. The job
-// type's definition must exist and be enabled; it is read FOR SHARE so a
-// concurrent definition change waits for this transaction. No row comes
-// back when the definition is missing or disabled (or the source is gone),
-// and then nothing is written. Foreign keys are checked at the end of the
-// statement, so the event and lineage may reference the job inserted beside
-// them.
+// JobReplayInsert creates, in one statement, the replay of a source the
+// caller has locked: a fresh job (type, organization, payload, priority,
+// max_attempts, timeout_seconds and execution_resource_key copied; run 1,
+// PENDING, queued, due now; nothing else copied), its one ENQUEUED event
+// with the provenance, and the lineage row. The job type's definition is
+// read FOR SHARE, so a definition change waits; no row, and nothing
+// written, when it is missing or disabled.
 func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
 	row := db.QueryRow(ctx, jobReplayInsert,
 		arg.SourceJobID,

@@ -342,24 +342,14 @@ WHERE job_type = @job_type
 ORDER BY created_at DESC
 LIMIT @max_jobs;
 
--- JobLockForReplay locks the source of a replay FOR NO KEY
--- UPDATE, but only while it is eligible: in the caller's exact scope,
--- SUCCEEDED at the expected run and owned by no workflow step. NO KEY
--- UPDATE because replay never changes the source's key: the lineage insert's
--- foreign-key check takes KEY SHARE on the source, which composes with it,
--- while two replays of one source serialize here. Under READ COMMITTED a
--- waiter re-checks the conditions on the newest row version.
--- workflow_managed is returned so the caller can check the invariant.
---
--- When, and only when, it returns the locked row it also records
--- @lock_token in the transaction-local setting runledger.replay_source_lock
--- (set_config(..., true): gone when the transaction ends). The statements
--- pipelined behind it in the same round trip read that marker to run only
--- on the branch the lock took: JobReplayGetForRequestAfterSourceLock after
--- a lock, JobGetForReplayClassification after a miss. The marker is
--- set by the outer query, over a MATERIALIZED CTE, so it is evaluated only
--- for a row the CTE's lock let through (not for a row the post-wait
--- re-check rejected).
+-- JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is
+-- eligible: in the caller's exact scope, SUCCEEDED at the expected run, in
+-- no workflow step. NO KEY UPDATE composes with the lineage insert's KEY
+-- SHARE foreign-key check while two replays of one source serialize here;
+-- a waiter re-checks the conditions on the newest row. Only for a row it
+-- returns does it set the transaction-local runledger.replay_source_lock
+-- to @lock_token (outer query over a MATERIALIZED CTE), which tells the
+-- statements pipelined behind it which branch the lock took.
 -- name: JobLockForReplay :one
 WITH locked AS MATERIALIZED (
     SELECT id, run_number, job_type, execution_resource_key,
