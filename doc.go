@@ -6,7 +6,10 @@
 // PostgreSQL through pgx.
 //
 // Errors returned by those packages are *Error values with a stable Code
-// and a Category; match them with errors.Is against the sentinels of this
-// package (ErrReplayIdempotencyConflict, ErrCommitUnconfirmed, ...) or with
-// errors.As to read the fields.
+// and a Category. A Code is itself an error: match one with
+// errors.Is(err, CodeJobNotFound) or errors.Is(err, ErrCommitUnconfirmed),
+// a code this package does not name with errors.Is(err,
+// Code("job.payload_invalid")), and anything else by CategoryOf or
+// IsTransient. Error() carries the message, code, detail and cause, and
+// *Error implements slog.LogValuer.
 package runledger

@@ -2,7 +2,8 @@ package runledger
 
 import (
 	"errors"
-	"fmt"
+	"log/slog"
+	"strings"
 )
 
 // Category groups error codes by what a caller can do about them.
@@ -29,63 +30,80 @@ const (
 	CategoryInternal Category = "internal"
 )
 
-// Error codes. They are stable: callers and scripts may match on them.
+// Code is the stable identifier of an error, such as "job.not_found".
+// Codes never change once published; callers and scripts may match on them.
+//
+// A Code is itself an error, so errors.Is(err, CodeJobNotFound) holds when
+// err's chain holds an *Error with that code. Codes this package does not
+// name (per-field validation codes such as "job.payload_invalid") match
+// the same way: errors.Is(err, Code("job.payload_invalid")).
+type Code string
+
+// Error returns the code itself.
+func (c Code) Error() string { return string(c) }
+
+// The codes a caller is expected to branch on. Every other code is listed,
+// with its category, in the README.
 const (
-	// Replay request validation (Validation).
-	CodeReplayRequestKeyBlank   = "job.replay_request_key_blank"
-	CodeReplayRequestKeyTooLong = "job.replay_request_key_too_long"
-	CodeReplayRequestKeyInvalid = "job.replay_request_key_invalid"
-	CodeReplayReasonBlank       = "job.replay_reason_blank"
-	CodeReplayReasonTooLong     = "job.replay_reason_too_long"
-	CodeReplayReasonInvalid     = "job.replay_reason_invalid"
-	// A caller transaction with an isolation level other than READ
-	// COMMITTED (Validation).
-	CodeCompareAndReplayUnsupportedIsolation = "job.compare_and_replay_unsupported_isolation"
-	// A replay key reused with another reason (Conflict).
-	CodeReplayIdempotencyConflict = "job.replay_idempotency_conflict"
-	// Lineage whose replay job could not be loaded (Internal).
-	CodeReplayIdempotencyConflictMissingExisting = "job.replay_idempotency_conflict_missing_existing"
-	// The source kept changing under the lock loop (Internal).
-	CodeReplaySourceUnstable = "job.replay_source_unstable"
-	// A workflow-managed job cannot be replayed or requeued directly
-	// (Validation).
-	CodeWorkflowRequeueNotSupported = "job.workflow_requeue_not_supported"
-	// The job type is missing or disabled (Validation).
-	CodeDefinitionNotFoundOrDisabled = "job.definition_not_found_or_disabled"
-	// An execution resource key that is blank or over 512 bytes
-	// (Validation).
-	CodeInvalidExecutionResourceKey = "job.invalid_execution_resource_key"
-	// A persisted value this code cannot decode (Internal).
-	CodeInvalidStatus    = "job.invalid_status"
-	CodeInvalidStage     = "job.invalid_stage"
-	CodeInvalidJobType   = "job.invalid_job_type"
-	CodeInvalidEventType = "job.invalid_event_type"
-	// A broken invariant of this package (Internal).
-	CodeInvariantViolated = "job.invariant_violated"
+	// CodeJobNotFound (NotFound): no job with the id in the caller's scope.
+	CodeJobNotFound Code = "job.not_found"
+	// CodeDefinitionMissing (NotFound): a definition read found no
+	// definition for the job type.
+	CodeDefinitionMissing Code = "job.definition_missing"
+	// CodeDefinitionNotFoundOrDisabled (Validation): an enqueue or a
+	// replay names a job type whose definition is missing or disabled;
+	// nothing is written.
+	CodeDefinitionNotFoundOrDisabled Code = "job.definition_not_found_or_disabled"
+	// CodeOrganizationNotFound (Validation): the job's organization does
+	// not exist.
+	CodeOrganizationNotFound Code = "job.organization_not_found"
 
-	// Ledger operations.
-	CodeJobNotFound                 = "job.not_found"                             // NotFound
-	CodeLeaseMismatch               = "job.lease_mismatch"                        // Conflict
-	CodeNotCancelable               = "job.not_cancelable"                        // Conflict
-	CodeIdempotencyConflict         = "job.idempotency_conflict"                  // Conflict
-	CodeIdempotencyMissingExisting  = "job.idempotency_conflict_missing_existing" // Internal
-	CodeEnqueueUnsupportedIsolation = "job.enqueue_unsupported_isolation"         // Validation
-	CodeInvalidRequest              = "job.invalid_request"                       // Validation
-	CodeAlreadyEnqueued             = "job.already_enqueued"                      // Conflict
-	CodeDefinitionNotFound          = "job.definition_not_found"                  // Validation
-	CodeOrganizationNotFound        = "job.organization_not_found"                // Validation
+	// CodeIdempotencyConflict (Conflict): an idempotency key reused with
+	// another request.
+	CodeIdempotencyConflict Code = "job.idempotency_conflict"
+	// CodeReplayIdempotencyConflict (Conflict): a replay key reused with
+	// another reason.
+	CodeReplayIdempotencyConflict Code = "job.replay_idempotency_conflict"
+	// CodeAlreadyEnqueued (Conflict): the keyed job exists (the unique
+	// index refused a concurrent insert).
+	CodeAlreadyEnqueued Code = "job.already_enqueued"
+	// CodeLeaseMismatch (Conflict): the job is not leased to this worker
+	// at this run and attempt.
+	CodeLeaseMismatch Code = "job.lease_mismatch"
+	// CodeNotCancelable (Conflict): the job has already finished.
+	CodeNotCancelable Code = "job.not_cancelable"
+	// CodeUniqueViolation (Conflict): another unique constraint refused
+	// the write.
+	CodeUniqueViolation Code = "db.unique_violation"
 
-	// Database failures by SQLSTATE class.
-	CodeUniqueViolation           = "db.unique_violation"                  // Conflict
-	CodeRelatedResourceMissing    = "db.related_resource_missing"          // Validation
-	CodeRelatedResourceReferenced = "db.related_resource_still_referenced" // Validation
-	CodeBusinessRuleViolation     = "db.business_rule_violation"           // Validation
-	CodeRequiredFieldMissing      = "db.required_field_missing"            // Validation
-	CodePermissionDenied          = "db.permission_denied"                 // Forbidden
-	CodeTransient                 = "db.transient"                         // Transient
-	CodeQueryFailed               = "db.query_failed"                      // Internal
-	CodeCommitUnconfirmed         = "db.transaction_commit_unconfirmed"    // Internal
+	// CodeReplayUnsupportedIsolation (Validation): the caller's
+	// transaction for a replay is not READ COMMITTED.
+	CodeReplayUnsupportedIsolation Code = "job.compare_and_replay_unsupported_isolation"
+	// CodeEnqueueUnsupportedIsolation (Validation): the caller's
+	// transaction for a keyed enqueue is not READ COMMITTED.
+	CodeEnqueueUnsupportedIsolation Code = "job.enqueue_unsupported_isolation"
+	// CodeWorkflowManaged (Validation): a workflow-managed job cannot be
+	// replayed or requeued directly.
+	CodeWorkflowManaged Code = "job.workflow_requeue_not_supported"
+
+	// CodeTransient (Transient): retry the same request.
+	CodeTransient Code = "db.transient"
+	// CodeQueryFailed (Internal): an unclassified database failure.
+	CodeQueryFailed Code = "db.query_failed"
+	// CodeInvariantViolated (Internal): a broken invariant this code
+	// checks rather than assumes.
+	CodeInvariantViolated Code = "job.invariant_violated"
+	// CodeReplaySourceUnstable (Internal): the replay source kept changing
+	// under the bounded lock loop; a retry usually succeeds.
+	CodeReplaySourceUnstable Code = "job.replay_source_unstable"
 )
+
+// ErrCommitUnconfirmed (code db.transaction_commit_unconfirmed, Internal)
+// is the code of a failed COMMIT: the transaction may or may not have
+// committed. Match it with errors.Is(err, ErrCommitUnconfirmed). Repeating
+// an idempotent operation (a replay, a keyed enqueue) with the same input
+// is the recovery.
+const ErrCommitUnconfirmed Code = "db.transaction_commit_unconfirmed"
 
 // Error is the error type of every runledger package.
 //
@@ -94,11 +112,8 @@ const (
 // names the operation and the underlying failure. SQLState and Constraint
 // are set when PostgreSQL reported the failure. Err is the cause, if any,
 // reachable through errors.Unwrap (a context error, a pgconn error, ...).
-//
-// Error() prints only the client message and the code. errors.Is(err, S)
-// holds for a sentinel S of this package when the codes match.
 type Error struct {
-	Code       string
+	Code       Code
 	Category   Category
 	Message    string
 	Detail     string
@@ -107,75 +122,60 @@ type Error struct {
 	Err        error
 }
 
-// Error returns "<message> (<code>)".
+// Error returns "<message> (<code>): <detail>: <cause>", leaving out an
+// empty detail and a cause whose text the detail already holds, so that
+// %v in a log line keeps everything.
 func (e *Error) Error() string {
 	if e == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+	var b strings.Builder
+	b.WriteString(e.Message)
+	b.WriteString(" (")
+	b.WriteString(string(e.Code))
+	b.WriteString(")")
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	if e.Err != nil {
+		if cause := e.Err.Error(); !strings.Contains(e.Detail, cause) {
+			b.WriteString(": ")
+			b.WriteString(cause)
+		}
+	}
+	return b.String()
 }
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is an *Error with the same code; it makes the
-// sentinels below match errors built elsewhere.
+// Is reports whether target is e's Code, so that errors.Is(err, code)
+// holds for any error whose chain holds an *Error with that code.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && e != nil && t != nil && t.Code == e.Code
+	c, ok := target.(Code)
+	return ok && e != nil && c == e.Code
 }
 
-// Sentinels for errors.Is. They carry the code, category and client message
-// of the errors they match; do not modify them.
-var (
-	ErrReplayIdempotencyConflict = &Error{Code: CodeReplayIdempotencyConflict, Category: CategoryConflict,
-		Message: "Job replay request conflicts with the existing replay key."}
-	ErrReplayUnsupportedIsolation = &Error{Code: CodeCompareAndReplayUnsupportedIsolation, Category: CategoryValidation,
-		Message: "Successful job replay requires READ COMMITTED transaction isolation."}
-	ErrWorkflowManaged = &Error{Code: CodeWorkflowRequeueNotSupported, Category: CategoryValidation,
-		Message: "Workflow-managed jobs cannot be requeued directly."}
-	ErrDefinitionNotFoundOrDisabled = &Error{Code: CodeDefinitionNotFoundOrDisabled, Category: CategoryValidation,
-		Message: "Job type is not available."}
-	ErrReplaySourceUnstable = &Error{Code: CodeReplaySourceUnstable, Category: CategoryInternal,
-		Message: "Job replay source kept changing; try again."}
-	ErrCommitUnconfirmed = &Error{Code: CodeCommitUnconfirmed, Category: CategoryInternal,
-		Message: "Database transaction commit was not confirmed."}
-	ErrJobNotFound = &Error{Code: CodeJobNotFound, Category: CategoryNotFound,
-		Message: "Job not found."}
-	ErrLeaseMismatch = &Error{Code: CodeLeaseMismatch, Category: CategoryConflict,
-		Message: "Job is not leased to this worker at this run and attempt."}
-	ErrNotCancelable = &Error{Code: CodeNotCancelable, Category: CategoryConflict,
-		Message: "Job has already finished and cannot be canceled."}
-	ErrIdempotencyConflict = &Error{Code: CodeIdempotencyConflict, Category: CategoryConflict,
-		Message: "Job enqueue request conflicts with the existing idempotency key."}
-	ErrEnqueueUnsupportedIsolation = &Error{Code: CodeEnqueueUnsupportedIsolation, Category: CategoryValidation,
-		Message: "Keyed job enqueue requires READ COMMITTED transaction isolation."}
-	ErrTransient = &Error{Code: CodeTransient, Category: CategoryTransient,
-		Message: "Database operation could not complete; retry."}
-)
-
-// New returns an error with the code, category and client message of the
-// sentinel base, and detail as its internal message.
-func New(base *Error, detail string) *Error {
-	return &Error{Code: base.Code, Category: base.Category, Message: base.Message, Detail: detail}
-}
-
-// Validation returns a Validation error with the given code, client message
-// and internal detail.
-func Validation(code, message, detail string) *Error {
-	return &Error{Code: code, Category: CategoryValidation, Message: message, Detail: detail}
-}
-
-// Internal returns an Internal error with the given code, client message and
-// internal detail.
-func Internal(code, message, detail string) *Error {
-	return &Error{Code: code, Category: CategoryInternal, Message: message, Detail: detail}
-}
-
-// InvariantViolated returns the Internal error for a broken invariant, one
-// the code checks rather than assumes; detail says which.
-func InvariantViolated(detail string) *Error {
-	return Internal(CodeInvariantViolated, "Job ledger invariant violated.", detail)
+// LogValue returns e as a group of its non-empty fields (code, category,
+// message, detail, sqlstate, constraint, cause) for log/slog.
+func (e *Error) LogValue() slog.Value {
+	if e == nil {
+		return slog.StringValue("<nil>")
+	}
+	attrs := []slog.Attr{slog.String("code", string(e.Code)), slog.String("category", string(e.Category)),
+		slog.String("message", e.Message)}
+	for _, a := range []struct{ key, val string }{
+		{"detail", e.Detail}, {"sqlstate", e.SQLState}, {"constraint", e.Constraint},
+	} {
+		if a.val != "" {
+			attrs = append(attrs, slog.String(a.key, a.val))
+		}
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("cause", e.Err.Error()))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // CategoryOf returns the category of the first *Error in err's chain, or
@@ -192,7 +192,7 @@ func CategoryOf(err error) Category {
 }
 
 // CodeOf returns the code of the first *Error in err's chain, or "".
-func CodeOf(err error) string {
+func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
@@ -204,7 +204,3 @@ func CodeOf(err error) string {
 // database failure. A commit that was not confirmed is not transient by
 // this test; retry it only if the operation is idempotent (replay is).
 func IsTransient(err error) bool { return CategoryOf(err) == CategoryTransient }
-
-func newInvalidPersisted(code, message, what, value string) *Error {
-	return Internal(code, message, fmt.Sprintf("decode %s: unknown value %q", what, value))
-}

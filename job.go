@@ -20,17 +20,6 @@ const (
 	JobStatusCanceled     JobStatus = "CANCELED"
 )
 
-// ParseJobStatus returns the status spelled s, or an Internal error with
-// code job.invalid_status when s is not one (the value came from a row, so
-// an unknown one means the database and this code disagree).
-func ParseJobStatus(s string) (JobStatus, error) {
-	switch st := JobStatus(s); st {
-	case JobStatusPending, JobStatusLeased, JobStatusSucceeded, JobStatusDeadLettered, JobStatusCanceled:
-		return st, nil
-	}
-	return "", newInvalidPersisted(CodeInvalidStatus, "Job status in persisted row is invalid.", "job status", s)
-}
-
 // JobStage is the coarse progress marker stored in job_queue.stage.
 type JobStage string
 
@@ -41,16 +30,6 @@ const (
 	JobStageRunning   JobStage = "running"
 	JobStageCompleted JobStage = "completed"
 )
-
-// ParseJobStage returns the stage spelled s, or an Internal error with code
-// job.invalid_stage when s is not one.
-func ParseJobStage(s string) (JobStage, error) {
-	switch st := JobStage(s); st {
-	case JobStageQueued, JobStageScheduled, JobStageRunning, JobStageCompleted:
-		return st, nil
-	}
-	return "", newInvalidPersisted(CodeInvalidStage, "Job stage in persisted row is invalid.", "job stage", s)
-}
 
 // JobEventType is the kind of a job event, spelled as in the job_event_type
 // enum.
@@ -70,18 +49,6 @@ const (
 	JobEventCanceled       JobEventType = "CANCELED"
 	JobEventRequeued       JobEventType = "REQUEUED"
 )
-
-// ParseJobEventType returns the event type spelled s, or an Internal error
-// with code job.invalid_event_type when s is not one.
-func ParseJobEventType(s string) (JobEventType, error) {
-	switch t := JobEventType(s); t {
-	case JobEventEnqueued, JobEventLeased, JobEventHeartbeat, JobEventStageChanged, JobEventProgress,
-		JobEventRetryScheduled, JobEventSucceeded, JobEventFailed, JobEventDeadLettered,
-		JobEventCanceled, JobEventRequeued:
-		return t, nil
-	}
-	return "", newInvalidPersisted(CodeInvalidEventType, "Job event type in persisted row is invalid.", "job event type", s)
-}
 
 // Disposition says whether an idempotent write (a keyed enqueue, a replay)
 // created its job now or found the one an earlier call created.

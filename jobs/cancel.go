@@ -13,7 +13,9 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // CancelRequest asks to cancel a job that has not finished.
@@ -29,8 +31,8 @@ type CancelRequest struct {
 // Validate checks the reason (job.cancel_reason_invalid: NUL or invalid
 // UTF-8) without touching the database.
 func (r CancelRequest) Validate() error {
-	if !cleanText(r.Reason) {
-		return invalid(runledger.ErrCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
+	if !validate.Clean(r.Reason) {
+		return invalid(errCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
 	}
 	return nil
 }
@@ -41,10 +43,10 @@ const maxCancelAttempts = 3
 // Cancel cancels a PENDING or LEASED job in the caller's scope in one
 // statement on the pool, writes one CANCELED event and returns the job
 // (CANCELED, finished). A job not in scope (or missing) is
-// runledger.ErrJobNotFound; a job already SUCCEEDED, DEAD_LETTERED or
-// CANCELED is runledger.ErrNotCancelable; nothing is written in either
+// runledger.CodeJobNotFound; a job already SUCCEEDED, DEAD_LETTERED or
+// CANCELED is runledger.CodeNotCancelable; nothing is written in either
 // case. Canceling a leased job does not stop its worker, whose Complete or
-// Fail then gets runledger.ErrLeaseMismatch; the job keeps its execution
+// Fail then gets runledger.CodeLeaseMismatch; the job keeps its execution
 // resource claim until the canceled lease would have expired, so no other
 // job with the key runs beside a worker that has not noticed.
 func Cancel(ctx context.Context, pool *pgxpool.Pool, req CancelRequest) (runledger.Job, error) {
@@ -84,7 +86,7 @@ func cancel(ctx context.Context, q db.DBTX, req CancelRequest) (runledger.Job, e
 		}
 		actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: req.JobID, OrganizationID: org})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return runledger.Job{}, runledger.New(runledger.ErrJobNotFound,
+			return runledger.Job{}, errs.JobNotFound.New(
 				fmt.Sprintf("cancel job: job %s not found in scope %s", req.JobID, req.Scope))
 		}
 		if err != nil {
@@ -92,10 +94,10 @@ func cancel(ctx context.Context, q db.DBTX, req CancelRequest) (runledger.Job, e
 		}
 		switch actual.Status {
 		case db.JobStatusSUCCEEDED, db.JobStatusDEADLETTERED, db.JobStatusCANCELED:
-			return runledger.Job{}, runledger.New(runledger.ErrNotCancelable,
+			return runledger.Job{}, errs.NotCancelable.New(
 				fmt.Sprintf("cancel job: job %s is already %s", req.JobID, actual.Status))
 		}
 	}
-	return runledger.Job{}, runledger.InvariantViolated(fmt.Sprintf(
-		"cancel job %s: the job stayed cancelable to the read but not to the update after %d attempts", req.JobID, maxCancelAttempts))
+	return runledger.Job{}, errs.Invariantf(
+		"cancel job %s: the job stayed cancelable to the read but not to the update after %d attempts", req.JobID, maxCancelAttempts)
 }

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 )
@@ -43,11 +43,11 @@ func (r ClaimRequest) Validate() error {
 			return err
 		}
 	}
-	if err := validateLimit(r.Limit, runledger.ErrClaimLimitInvalid, "claim limit"); err != nil {
+	if err := validateLimit(r.Limit, errClaimLimitInvalid, "claim limit"); err != nil {
 		return err
 	}
 	if r.Lease < time.Microsecond {
-		return invalid(runledger.ErrLeaseDurationInvalid, "lease must be at least 1µs, got %s", r.Lease)
+		return invalid(errLeaseDurationInvalid, "lease must be at least 1µs, got %s", r.Lease)
 	}
 	return nil
 }
@@ -134,7 +134,7 @@ func claim(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, e
 	if len(leased) != len(ids) {
 		// The candidates are locked PENDING rows of this transaction; all
 		// of them must lease.
-		return nil, runledger.InvariantViolated(fmt.Sprintf("leased %d of %d locked claim candidates", len(leased), len(ids)))
+		return nil, errs.Invariantf("leased %d of %d locked claim candidates", len(leased), len(ids))
 	}
 	out := make([]runledger.Job, 0, len(leased))
 	for _, r := range leased {

@@ -3,15 +3,14 @@ package jobs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 )
 
 // DefinitionInput creates a job type or changes its settings. A nil setting
@@ -41,10 +40,10 @@ func (in DefinitionInput) Validate() error {
 		return err
 	}
 	if in.MaxAttempts != nil && *in.MaxAttempts <= 0 {
-		return invalid(runledger.ErrMaxAttemptsInvalid, "max attempts must be positive, got %d", *in.MaxAttempts)
+		return invalid(errMaxAttemptsInvalid, "max attempts must be positive, got %d", *in.MaxAttempts)
 	}
 	if in.TimeoutSeconds != nil && *in.TimeoutSeconds <= 0 {
-		return invalid(runledger.ErrTimeoutInvalid, "timeout seconds must be positive, got %d", *in.TimeoutSeconds)
+		return invalid(errTimeoutInvalid, "timeout seconds must be positive, got %d", *in.TimeoutSeconds)
 	}
 	return nil
 }
@@ -114,7 +113,7 @@ func upsertDefinition(ctx context.Context, q db.DBTX, in DefinitionInput) (Defin
 }
 
 // GetDefinition reads one job type's definition, enabled or not. A type
-// with no definition is runledger.ErrDefinitionMissing (NotFound). The job
+// with no definition is runledger.CodeDefinitionMissing (NotFound). The job
 // type is validated like DefinitionInput.JobType first. No lock.
 func GetDefinition(ctx context.Context, q Querier, jobType string) (Definition, error) {
 	if err := validateJobType(jobType); err != nil {
@@ -122,7 +121,7 @@ func GetDefinition(ctx context.Context, q Querier, jobType string) (Definition, 
 	}
 	row, err := queries.JobDefinitionGetByJobType(ctx, q, jobType)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Definition{}, runledger.New(runledger.ErrDefinitionMissing, fmt.Sprintf("no job definition for type %q", jobType))
+		return Definition{}, errs.DefinitionMissing.Newf("no job definition for type %q", jobType)
 	}
 	if err != nil {
 		return Definition{}, dberr.Translate(ctx, "get job definition", err)

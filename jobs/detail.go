@@ -28,7 +28,7 @@ type Detail struct {
 // GetDetail reads a job, its events, the replays made from it and the job
 // it was replayed from in one REPEATABLE READ, read-only transaction, so
 // the four reads agree with each other. A job outside the caller's scope
-// is runledger.ErrJobNotFound. No row lock.
+// is runledger.CodeJobNotFound. No row lock.
 func GetDetail(ctx context.Context, pool *pgxpool.Pool, scope runledger.Scope, id uuid.UUID) (Detail, error) {
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {

@@ -45,5 +45,5 @@ func TestGetDetailReadsJobEventsAndLineage(t *testing.T) {
 	}
 
 	_, err = jobs.GetDetail(ctx, pool, runledger.Global(), source.ID)
-	wantCode(t, err, runledger.ErrJobNotFound)
+	wantCode(t, err, runledger.CodeJobNotFound)
 }

@@ -22,7 +22,7 @@
 // Every error is a *runledger.Error. Requests are validated before any
 // database work (an invalid request fails the same way on a closed pool)
 // with category Validation and the job.* codes of the root package. A job
-// outside the caller's scope is runledger.ErrJobNotFound, exactly as a job
+// outside the caller's scope is runledger.CodeJobNotFound, exactly as a job
 // that does not exist. Database failures are translated at one edge
 // (SQLSTATE and constraint name); retryable ones have category Transient.
 //
@@ -39,7 +39,7 @@
 // cannot be guessed. Unscoped, a refused call says only whether the job id
 // exists: a lease mismatch names the request's own values, not the job's
 // status, run or attempt. With a scope, a job outside it is
-// runledger.ErrJobNotFound, exactly as on every scoped path, and a
+// runledger.CodeJobNotFound, exactly as on every scoped path, and a
 // mismatch on a job inside it names the job's status, run and attempt. No
 // error ever names the worker holding a job.
 //

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,8 +14,10 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // EnqueueRequest asks for a new job.
@@ -54,40 +55,40 @@ type EnqueueRequest struct {
 // outside years 1 to 9999), idempotency key when set (job.idempotency_key_invalid:
 // blank after trimming Unicode white space, NUL or invalid UTF-8, over 512
 // bytes), execution resource key when set
-// (job.invalid_execution_resource_key, see
-// runledger.ValidateExecutionResourceKey).
+// (job.invalid_execution_resource_key: the same rules as the idempotency
+// key).
 func (r EnqueueRequest) Validate() error {
 	if err := validateJobType(r.JobType); err != nil {
 		return err
 	}
 	if r.Payload != nil {
 		if err := validateJSON(r.Payload); err != nil {
-			return invalid(runledger.ErrPayloadInvalid, "job payload: %v", err)
+			return invalid(errPayloadInvalid, "job payload: %v", err)
 		}
 	}
 	if r.MaxAttempts != nil && *r.MaxAttempts <= 0 {
-		return invalid(runledger.ErrMaxAttemptsInvalid, "max attempts must be positive, got %d", *r.MaxAttempts)
+		return invalid(errMaxAttemptsInvalid, "max attempts must be positive, got %d", *r.MaxAttempts)
 	}
 	if r.TimeoutSeconds != nil && *r.TimeoutSeconds <= 0 {
-		return invalid(runledger.ErrTimeoutInvalid, "timeout seconds must be positive, got %d", *r.TimeoutSeconds)
+		return invalid(errTimeoutInvalid, "timeout seconds must be positive, got %d", *r.TimeoutSeconds)
 	}
 	if r.RunAt != nil {
 		if y := r.RunAt.UTC().Year(); r.RunAt.IsZero() || y < 1 || y > 9999 {
-			return invalid(runledger.ErrRunAtInvalid, "run-at %s is the zero time or outside years 1 to 9999", r.RunAt)
+			return invalid(errRunAtInvalid, "run-at %s is the zero time or outside years 1 to 9999", r.RunAt)
 		}
 	}
 	if r.IdempotencyKey != "" {
-		switch k := r.IdempotencyKey; {
-		case strings.TrimSpace(k) == "":
-			return invalid(runledger.ErrIdempotencyKeyInvalid, "idempotency key is blank")
-		case !cleanText(k):
-			return invalid(runledger.ErrIdempotencyKeyInvalid, "idempotency key holds a NUL byte or invalid UTF-8")
-		case len(k) > MaxIdempotencyKeyBytes:
-			return invalid(runledger.ErrIdempotencyKeyInvalid, "idempotency key must be at most %d bytes, got %d", MaxIdempotencyKeyBytes, len(k))
+		switch k := r.IdempotencyKey; validate.Text(k, runledger.MaxKeyBytes) {
+		case validate.Blank:
+			return invalid(errIdempotencyKeyInvalid, "idempotency key is blank")
+		case validate.Unclean:
+			return invalid(errIdempotencyKeyInvalid, "idempotency key holds a NUL byte or invalid UTF-8")
+		case validate.TooLong:
+			return invalid(errIdempotencyKeyInvalid, "idempotency key must be at most %d bytes, got %d", runledger.MaxKeyBytes, len(k))
 		}
 	}
 	if r.ExecutionResourceKey != "" {
-		if err := runledger.ValidateExecutionResourceKey(r.ExecutionResourceKey); err != nil {
+		if err := validate.ExecutionResourceKey(r.ExecutionResourceKey); err != nil {
 			return err
 		}
 	}
@@ -108,7 +109,7 @@ type EnqueueResult struct {
 // Enqueue creates a job and its ENQUEUED event.
 //
 // Unkeyed, it is one statement on the pool: the definition must exist and
-// be enabled (else runledger.ErrDefinitionNotFoundOrDisabled, nothing
+// be enabled (else runledger.CodeDefinitionNotFoundOrDisabled, nothing
 // written); nil settings take its defaults; the id is a new UUIDv7.
 //
 // Keyed, it runs in a READ COMMITTED transaction of its own. The insert
@@ -120,7 +121,7 @@ type EnqueueResult struct {
 // it is not the same request as one naming the default explicitly; JSON
 // equality, so key order and spacing do not matter). The same request
 // returns it with runledger.DispositionExisting; another request is
-// runledger.ErrIdempotencyConflict. Existing is returned even when the
+// runledger.CodeIdempotencyConflict. Existing is returned even when the
 // definition has since been disabled. A failed COMMIT matches
 // runledger.ErrCommitUnconfirmed; repeating a keyed enqueue is safe.
 func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (EnqueueResult, error) {
@@ -141,7 +142,7 @@ func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (Enque
 
 // EnqueueTx is Enqueue inside the caller's transaction, which it never
 // commits or rolls back. A keyed request requires READ COMMITTED (else
-// runledger.ErrEnqueueUnsupportedIsolation), because the lookup after a
+// runledger.CodeEnqueueUnsupportedIsolation), because the lookup after a
 // conflicting insert must see the competitor's committed row; after an
 // Existing result the existing job stays locked until the caller's
 // transaction ends (claims skip it). An unkeyed request is one statement
@@ -158,7 +159,7 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResul
 	if !req.keyed() {
 		return enqueueUnkeyed(ctx, tx, params)
 	}
-	if err := txn.RequireReadCommitted(ctx, tx, "keyed job enqueue", runledger.ErrEnqueueUnsupportedIsolation); err != nil {
+	if err := txn.RequireReadCommitted(ctx, tx, "keyed job enqueue", errs.EnqueueUnsupportedIsolation); err != nil {
 		return EnqueueResult{}, err
 	}
 	return enqueueKeyed(ctx, tx, req, params)
@@ -188,8 +189,7 @@ var emptyObject = json.RawMessage(`{}`)
 func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return db.JobEnqueueParams{}, runledger.Internal(runledger.CodeInvariantViolated,
-			"Job id could not be generated.", "generate job id: "+err.Error())
+		return db.JobEnqueueParams{}, errs.JobIDFailed.New("generate job id: " + err.Error())
 	}
 	payload := req.Payload
 	if payload == nil {
@@ -227,7 +227,7 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 		}
 		b, err := json.Marshal(snap)
 		if err != nil {
-			return db.JobEnqueueParams{}, runledger.InvariantViolated("encode enqueue request snapshot: " + err.Error())
+			return db.JobEnqueueParams{}, errs.Invariant("encode enqueue request snapshot: " + err.Error())
 		}
 		key := req.IdempotencyKey
 		p.IdempotencyKey = &key
@@ -254,15 +254,10 @@ func insertJob(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (job runle
 		return runledger.Job{}, false, dberr.Translate(ctx, "enqueue job", err)
 	}
 	if row.ID != p.ID {
-		return runledger.Job{}, false, runledger.InvariantViolated("enqueue returned another job than the one inserted")
+		return runledger.Job{}, false, errs.Invariant("enqueue returned another job than the one inserted")
 	}
 	job, err = rows.Job(db.JobQueue(row))
 	return job, err == nil, err
-}
-
-func definitionUnavailable(jobType string) error {
-	return runledger.New(runledger.ErrDefinitionNotFoundOrDisabled,
-		fmt.Sprintf("enqueue job: definition missing or disabled for job type %q", jobType))
 }
 
 // enqueueUnkeyed inserts an unkeyed job: one statement, no isolation
@@ -273,7 +268,7 @@ func enqueueUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (Enqu
 		return EnqueueResult{}, err
 	}
 	if !ok {
-		return EnqueueResult{}, definitionUnavailable(p.JobType)
+		return EnqueueResult{}, errs.DefinitionUnavailableFor(p.JobType)
 	}
 	return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 }
@@ -295,7 +290,7 @@ func enqueueKeyed(ctx context.Context, tx pgx.Tx, req EnqueueRequest, p db.JobEn
 	}
 	if found {
 		if !same {
-			return EnqueueResult{}, runledger.New(runledger.ErrIdempotencyConflict,
+			return EnqueueResult{}, errs.IdempotencyConflict.New(
 				fmt.Sprintf("job %s of type %q in scope %s holds idempotency key %q with a different request",
 					existing.ID, req.JobType, req.Scope, req.IdempotencyKey))
 		}
@@ -338,6 +333,12 @@ func lockByKey(ctx context.Context, tx pgx.Tx, p db.JobEnqueueParams) (job runle
 	return job, same, true, nil
 }
 
+// errIdempotencyMissingExisting is the Internal error of a keyed enqueue
+// that inserted nothing although the definition is enabled and no job
+// holds the key.
+var errIdempotencyMissingExisting = errs.Internal("job.idempotency_conflict_missing_existing",
+	"Job enqueue retry could not be resolved.")
+
 // explainEmptyInsert tells why a keyed insert wrote nothing although no job
 // holds the key: normally the definition is missing or disabled. If the
 // definition is enabled after all, the job that held the key vanished
@@ -347,13 +348,11 @@ func lockByKey(ctx context.Context, tx pgx.Tx, p db.JobEnqueueParams) (job runle
 func explainEmptyInsert(ctx context.Context, tx pgx.Tx, req EnqueueRequest) error {
 	def, err := queries.JobDefinitionGetByJobType(ctx, tx, req.JobType)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !def.IsEnabled) {
-		return definitionUnavailable(req.JobType)
+		return errs.DefinitionUnavailableFor(req.JobType)
 	}
 	if err != nil {
 		return dberr.Translate(ctx, "read job definition after empty keyed enqueue", err)
 	}
-	return runledger.Internal(runledger.CodeIdempotencyMissingExisting,
-		"Job enqueue retry could not be resolved.",
-		fmt.Sprintf("keyed enqueue of type %q key %q in scope %s inserted nothing, the definition is enabled, and no job holds the key",
-			req.JobType, req.IdempotencyKey, req.Scope))
+	return errIdempotencyMissingExisting.Newf("keyed enqueue of type %q key %q in scope %s inserted nothing, the definition is enabled, and no job holds the key",
+		req.JobType, req.IdempotencyKey, req.Scope)
 }

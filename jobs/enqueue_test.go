@@ -75,7 +75,7 @@ func TestEnqueueMissingOrDisabledDefinitionWritesNothing(t *testing.T) {
 	for _, typ := range []string{"nope", "off"} {
 		for _, key := range []string{"", "k1"} {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: typ, IdempotencyKey: key})
-			wantCode(t, err, runledger.ErrDefinitionNotFoundOrDisabled)
+			wantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
 		}
 	}
 	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_events)`); n != 0 {
@@ -196,7 +196,7 @@ func TestEnqueueKeyedTxRefusesRepeatableRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "k"})
-		wantCode(t, err, runledger.ErrEnqueueUnsupportedIsolation)
+		wantCode(t, err, runledger.CodeEnqueueUnsupportedIsolation)
 		// Unkeyed is one statement and needs no particular isolation.
 		if _, err := jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email"}); err != nil {
 			t.Fatalf("unkeyed enqueue under %s: %v", iso, err)

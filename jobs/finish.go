@@ -14,7 +14,9 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // heldLease identifies one attempt of a job held by a worker: what
@@ -40,7 +42,7 @@ func scopeParams(scope *runledger.Scope) (bool, *uuid.UUID) {
 // CompleteRequest finishes a leased job successfully.
 type CompleteRequest struct {
 	// Scope, when set, is the caller's tenant: a job in another scope is
-	// runledger.ErrJobNotFound and is not changed, whatever lease the
+	// runledger.CodeJobNotFound and is not changed, whatever lease the
 	// request names, exactly as on every scoped path (Global matches only
 	// jobs without an organization). nil is unscoped: the lease alone
 	// identifies the job, whatever its tenant; see the package
@@ -71,7 +73,7 @@ func (r CompleteRequest) Validate() error {
 	}
 	if r.Output != nil {
 		if err := validateJSON(r.Output); err != nil {
-			return invalid(runledger.ErrOutputInvalid, "job output: %v", err)
+			return invalid(errOutputInvalid, "job output: %v", err)
 		}
 	}
 	return validateProgress(r.ProgressDone, r.ProgressTotal)
@@ -80,9 +82,9 @@ func (r CompleteRequest) Validate() error {
 func validateProgress(done, total *int64) error {
 	switch {
 	case done != nil && *done < 0, total != nil && *total < 0:
-		return invalid(runledger.ErrProgressInvalid, "progress must not be negative")
+		return invalid(errProgressInvalid, "progress must not be negative")
 	case done != nil && total != nil && *done > *total:
-		return invalid(runledger.ErrProgressInvalid, "progress done %d exceeds total %d", *done, *total)
+		return invalid(errProgressInvalid, "progress done %d exceeds total %d", *done, *total)
 	}
 	return nil
 }
@@ -93,9 +95,9 @@ func validateProgress(done, total *int64) error {
 // is given. When it is not, nothing is written (no event either) and an
 // unlocked read tells why:
 //
-//   - runledger.ErrJobNotFound when no job has the id, or, with a scope,
+//   - runledger.CodeJobNotFound when no job has the id, or, with a scope,
 //     none has it in that scope;
-//   - otherwise runledger.ErrLeaseMismatch. With a scope its detail names
+//   - otherwise runledger.CodeLeaseMismatch. With a scope its detail names
 //     the job's actual status, run and attempt; without one it names only
 //     the request's own run, attempt and worker, since the caller has not
 //     shown the job is its tenant's. It never names the worker holding or
@@ -179,11 +181,11 @@ func (r FailRequest) Validate() error {
 	if err := validateWorkerID(r.WorkerID); err != nil {
 		return err
 	}
-	if !cleanText(r.ErrorCode) || !cleanText(r.ErrorMessage) {
-		return invalid(runledger.ErrFailureInvalid, "failure error code or message holds a NUL byte or invalid UTF-8")
+	if !validate.Clean(r.ErrorCode) || !validate.Clean(r.ErrorMessage) {
+		return invalid(errFailureInvalid, "failure error code or message holds a NUL byte or invalid UTF-8")
 	}
 	if r.RetryDelay != nil && *r.RetryDelay < 0 {
-		return invalid(runledger.ErrRetryDelayInvalid, "retry delay must not be negative, got %s", *r.RetryDelay)
+		return invalid(errRetryDelayInvalid, "retry delay must not be negative, got %s", *r.RetryDelay)
 	}
 	return nil
 }
@@ -216,8 +218,8 @@ func Backoff(attempt int32) time.Duration {
 
 // Fail records a failed attempt of a leased job in one statement on the
 // pool and returns the job as stored after it. Compare-and-set on the lease
-// and the optional scope exactly like Complete (runledger.ErrJobNotFound or
-// runledger.ErrLeaseMismatch, with the same details, and nothing written,
+// and the optional scope exactly like Complete (runledger.CodeJobNotFound or
+// runledger.CodeLeaseMismatch, with the same details, and nothing written,
 // when it does not match; without a scope the caller is trusted as for
 // Complete). With attempts left (attempt < max_attempts) and Terminal false
 // the job returns to PENDING, stage scheduled, due after the retry delay,
@@ -284,20 +286,20 @@ func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease
 			return dberr.Translate(ctx, "read job after lease mismatch", err)
 		}
 		if !exists {
-			return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s does not exist", op, want.JobID))
+			return errs.JobNotFound.Newf("%s job: job %s does not exist", op, want.JobID)
 		}
-		return runledger.New(runledger.ErrLeaseMismatch, fmt.Sprintf(
+		return errs.LeaseMismatch.Newf(
 			"%s job %s: the job exists but that lease is not held (%s; the job's state is shown only to a scoped request)",
-			op, want.JobID, request))
+			op, want.JobID, request)
 	}
 	actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope))
+		return errs.JobNotFound.Newf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope)
 	}
 	if err != nil {
 		return dberr.Translate(ctx, "read job after lease mismatch", err)
 	}
-	return runledger.New(runledger.ErrLeaseMismatch, fmt.Sprintf(
+	return errs.LeaseMismatch.Newf(
 		"%s job %s: job is %s at run %d attempt %d; %s",
-		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, request))
+		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, request)
 }

@@ -114,7 +114,7 @@ func TestFinishWithScopeOutsideItIsNotFoundAndChangesNothing(t *testing.T) {
 			for _, c := range cases {
 				before := jobState(t, ctx, pool, c.job.ID)
 				_, err := finish(ctx, pool, c.job, &c.scope, c.worker)
-				if !errors.Is(err, runledger.ErrJobNotFound) || runledger.CategoryOf(err) != runledger.CategoryNotFound {
+				if !errors.Is(err, runledger.CodeJobNotFound) || runledger.CategoryOf(err) != runledger.CategoryNotFound {
 					t.Fatalf("%s: err = %v (code %q), want job.not_found", c.name, err, runledger.CodeOf(err))
 				}
 				if text := errorText(err); strings.Contains(text, *c.job.WorkerID) || strings.Contains(text, "LEASED") {
@@ -166,7 +166,7 @@ func TestFinishWithoutScopeFinishesAJobOfAnyScope(t *testing.T) {
 				missing := l
 				missing.ID = uuid.New()
 				_, err = finish(ctx, pool, missing, nil, *l.WorkerID)
-				wantCode(t, err, runledger.ErrJobNotFound)
+				wantCode(t, err, runledger.CodeJobNotFound)
 			}
 		})
 	}
@@ -199,7 +199,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 			// attempt.
 			before := jobState(t, ctx, pool, l.ID)
 			_, err := finish(ctx, pool, req, nil, "intruder")
-			wantCode(t, err, runledger.ErrLeaseMismatch)
+			wantCode(t, err, runledger.CodeLeaseMismatch)
 			text := errorText(err)
 			if strings.Contains(text, holder) {
 				t.Fatalf("unscoped mismatch names the holding worker: %s", text)
@@ -219,7 +219,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 			// Scoped, in scope: the status, run and attempt, never the holder.
 			scope := runledger.Organization(org)
 			_, err = finish(ctx, pool, req, &scope, "intruder")
-			wantCode(t, err, runledger.ErrLeaseMismatch)
+			wantCode(t, err, runledger.CodeLeaseMismatch)
 			text = errorText(err)
 			if strings.Contains(text, holder) {
 				t.Fatalf("scoped mismatch names the holding worker: %s", text)
@@ -239,7 +239,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = finish(ctx, pool, l, &scope, "intruder")
-			wantCode(t, err, runledger.ErrLeaseMismatch)
+			wantCode(t, err, runledger.CodeLeaseMismatch)
 			if text := errorText(err); strings.Contains(text, holder) {
 				t.Fatalf("mismatch on a finished job names its worker: %s", text)
 			}

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,11 +11,12 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 )
 
 // Get reads one job in the caller's exact scope. A job that does not exist,
-// or exists in another scope, is runledger.ErrJobNotFound. No lock.
+// or exists in another scope, is runledger.CodeJobNotFound. No lock.
 func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (runledger.Job, error) {
 	row, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -29,7 +29,7 @@ func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (r
 }
 
 func notFound(id uuid.UUID, scope runledger.Scope) error {
-	return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("job %s not found in scope %s", id, scope))
+	return errs.JobNotFound.Newf("job %s not found in scope %s", id, scope)
 }
 
 // requireJob returns ErrJobNotFound unless the job exists in scope; reads
@@ -47,7 +47,7 @@ func requireJob(ctx context.Context, q Querier, scope runledger.Scope, id uuid.U
 
 // Events returns a job's whole history in the order it happened (by run,
 // then as written). A job outside the caller's scope is
-// runledger.ErrJobNotFound; a job with no events (only possible for rows
+// runledger.CodeJobNotFound; a job with no events (only possible for rows
 // written by hand) gives an empty, non-nil slice. When the history is empty
 // a second read checks the job. No lock.
 func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) ([]runledger.JobEvent, error) {
@@ -82,7 +82,7 @@ func scopedEvents[R any](ctx context.Context, q Querier, scope runledger.Scope, 
 // job.event_limit_invalid) events, newest first. Scope and empty results
 // behave as in Events. No lock.
 func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, limit int) ([]runledger.JobEvent, error) {
-	if err := validateLimit(limit, runledger.ErrEventLimitInvalid, "event limit"); err != nil {
+	if err := validateLimit(limit, errEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
 	rs, err := queries.JobEventListNewestForJob(ctx, q, db.JobEventListNewestForJobParams{
@@ -100,10 +100,10 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 // tenant-facing callers. An event type that is not a job_event_type value
 // is job.event_filter_invalid. No lock.
 func RecentEventsByType(ctx context.Context, q Querier, eventType runledger.JobEventType, since time.Time, limit int) ([]runledger.JobEvent, error) {
-	if _, err := runledger.ParseJobEventType(string(eventType)); err != nil {
-		return nil, invalid(runledger.ErrEventFilterInvalid, "event type %q is not a job event type", eventType)
+	if _, err := rows.ParseEventType(string(eventType)); err != nil {
+		return nil, invalid(errEventFilterInvalid, "event type %q is not a job event type", eventType)
 	}
-	if err := validateLimit(limit, runledger.ErrEventLimitInvalid, "event limit"); err != nil {
+	if err := validateLimit(limit, errEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
 	rs, err := queries.JobEventListRecentByType(ctx, q, db.JobEventListRecentByTypeParams{
@@ -159,7 +159,7 @@ type ListRequest struct {
 // (job.list_limit_invalid), status a job_status value and no cursor with a
 // status (job.list_filter_invalid).
 func (r ListRequest) Validate() error {
-	if err := validateLimit(r.Limit, runledger.ErrListLimitInvalid, "list limit"); err != nil {
+	if err := validateLimit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
 		return err
 	}
 	return validateStatusFilter(r.Status, r.Before)
@@ -169,11 +169,11 @@ func validateStatusFilter(status *runledger.JobStatus, before *Cursor) error {
 	if status == nil {
 		return nil
 	}
-	if _, err := runledger.ParseJobStatus(string(*status)); err != nil {
-		return invalid(runledger.ErrListFilterInvalid, "status %q is not a job status", *status)
+	if _, err := rows.ParseStatus(string(*status)); err != nil {
+		return invalid(errListFilterInvalid, "status %q is not a job status", *status)
 	}
 	if before != nil {
-		return invalid(runledger.ErrListFilterInvalid, "a status listing has a single page and takes no cursor")
+		return invalid(errListFilterInvalid, "a status listing has a single page and takes no cursor")
 	}
 	return nil
 }
@@ -229,11 +229,11 @@ type ListAllRequest struct {
 // (job.list_filter_invalid), the job type (job.job_type_blank,
 // job.job_type_invalid).
 func (r ListAllRequest) Validate() error {
-	if err := validateLimit(r.Limit, runledger.ErrListLimitInvalid, "list limit"); err != nil {
+	if err := validateLimit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
 		return err
 	}
 	if (r.JobType == "") != (r.Status == nil) {
-		return invalid(runledger.ErrListFilterInvalid, "job type and status filter only together")
+		return invalid(errListFilterInvalid, "job type and status filter only together")
 	}
 	if r.JobType != "" {
 		if err := validateJobType(r.JobType); err != nil {

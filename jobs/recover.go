@@ -24,9 +24,9 @@ import (
 // delayed release (from a cancel during a live lease) is due are purged.
 // Expired leases another transaction holds are skipped (SKIP LOCKED), so
 // concurrent recoverers never process the same job. A worker still running
-// a recovered job gets runledger.ErrLeaseMismatch when it finishes.
+// a recovered job gets runledger.CodeLeaseMismatch when it finishes.
 func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([]runledger.Job, error) {
-	if err := validateLimit(limit, runledger.ErrRecoverLimitInvalid, "lease recovery limit"); err != nil {
+	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
 	return txn.ReadCommitted(ctx, pool, "expired lease recovery", func(tx pgx.Tx) ([]runledger.Job, error) {
@@ -38,7 +38,7 @@ func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([
 // transaction, which it never commits or rolls back; the recovered jobs
 // stay locked until it ends.
 func RecoverExpiredLeasesTx(ctx context.Context, tx pgx.Tx, limit int) ([]runledger.Job, error) {
-	if err := validateLimit(limit, runledger.ErrRecoverLimitInvalid, "lease recovery limit"); err != nil {
+	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
 	return recoverExpired(ctx, tx, limit)

@@ -4,53 +4,97 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
-	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
-// MaxIdempotencyKeyBytes is the longest accepted idempotency key, in bytes
-// of UTF-8; exactly 512 bytes is valid.
-const MaxIdempotencyKeyBytes = 512
+// The request-validation errors of this package, all category Validation
+// and returned before any database work. Their codes are stable; match one
+// with errors.Is(err, runledger.Code("job.payload_invalid")).
+var (
+	errJobTypeBlank = errs.Validation("job.job_type_blank",
+		"Job type must not be blank.")
+	errJobTypeInvalid = errs.Validation("job.job_type_invalid",
+		"Job type must be valid UTF-8 without NUL bytes.")
+	errPayloadInvalid = errs.Validation("job.payload_invalid",
+		"Job payload must be valid JSON.")
+	errMaxAttemptsInvalid = errs.Validation("job.max_attempts_invalid",
+		"Max attempts must be positive.")
+	errTimeoutInvalid = errs.Validation("job.timeout_invalid",
+		"Timeout seconds must be positive.")
+	errRunAtInvalid = errs.Validation("job.run_at_invalid",
+		"Run-at time is out of range.")
+	errIdempotencyKeyInvalid = errs.Validation("job.idempotency_key_invalid",
+		"Idempotency key must be non-blank UTF-8 without NUL bytes, at most 512 bytes.")
+	errWorkerIDBlank = errs.Validation("job.worker_id_blank",
+		"Worker id must not be blank.")
+	errWorkerIDInvalid = errs.Validation("job.worker_id_invalid",
+		"Worker id must be valid UTF-8 without NUL bytes.")
+	errClaimLimitInvalid = errs.Validation("job.claim_limit_invalid",
+		"Claim limit must be between 1 and 1000.")
+	errLeaseDurationInvalid = errs.Validation("job.lease_duration_invalid",
+		"Lease duration must be positive.")
+	errOutputInvalid = errs.Validation("job.output_invalid",
+		"Job output must be valid JSON.")
+	errProgressInvalid = errs.Validation("job.progress_invalid",
+		"Progress must be non-negative, with done at most total.")
+	errRetryDelayInvalid = errs.Validation("job.retry_delay_invalid",
+		"Retry delay must not be negative.")
+	errFailureInvalid = errs.Validation("job.failure_invalid",
+		"Failure error code and message must be valid UTF-8 without NUL bytes.")
+	errCancelReasonInvalid = errs.Validation("job.cancel_reason_invalid",
+		"Cancel reason must be valid UTF-8 without NUL bytes.")
+	errEventLimitInvalid = errs.Validation("job.event_limit_invalid",
+		"Event limit must be between 1 and 1000.")
+	errEventFilterInvalid = errs.Validation("job.event_filter_invalid",
+		"Event type is not valid.")
+	errListLimitInvalid = errs.Validation("job.list_limit_invalid",
+		"List limit must be between 1 and 1000.")
+	errListFilterInvalid = errs.Validation("job.list_filter_invalid",
+		"Job list filter is not supported.")
+	errRecoverLimitInvalid = errs.Validation("job.recover_limit_invalid",
+		"Lease recovery limit must be between 1 and 1000.")
+	errWorkflowTypeInvalid = errs.Validation("job.workflow_type_invalid",
+		"Workflow type must be non-blank UTF-8 without NUL bytes.")
+	errWorkflowStepKeyInvalid = errs.Validation("job.workflow_step_key_invalid",
+		"Workflow step key must be non-blank UTF-8 without NUL bytes.")
+	errWorkflowStepJobKeyed = errs.Validation("job.workflow_step_job_keyed",
+		"Workflow step jobs cannot have an idempotency key.")
+)
 
-// cleanText reports whether s is valid UTF-8 without NUL, which PostgreSQL
-// text cannot store.
-func cleanText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
-}
-
-func invalid(base *runledger.Error, format string, args ...any) error {
-	return runledger.New(base, fmt.Sprintf(format, args...))
+func invalid(kind errs.Kind, format string, args ...any) error {
+	return kind.Newf(format, args...)
 }
 
 // validateJobType checks a job type: non-blank after trimming Unicode white
 // space, valid UTF-8 without NUL.
 func validateJobType(jobType string) error {
-	switch {
-	case strings.TrimSpace(jobType) == "":
-		return invalid(runledger.ErrJobTypeBlank, "job type %q is blank", jobType)
-	case !cleanText(jobType):
-		return invalid(runledger.ErrJobTypeInvalid, "job type holds a NUL byte or invalid UTF-8")
+	switch validate.Text(jobType, 0) {
+	case validate.Blank:
+		return invalid(errJobTypeBlank, "job type %q is blank", jobType)
+	case validate.Unclean:
+		return invalid(errJobTypeInvalid, "job type holds a NUL byte or invalid UTF-8")
 	}
 	return nil
 }
 
 // validateWorkerID checks a worker id like a job type.
 func validateWorkerID(workerID string) error {
-	switch {
-	case strings.TrimSpace(workerID) == "":
-		return invalid(runledger.ErrWorkerIDBlank, "worker id %q is blank", workerID)
-	case !cleanText(workerID):
-		return invalid(runledger.ErrWorkerIDInvalid, "worker id holds a NUL byte or invalid UTF-8")
+	switch validate.Text(workerID, 0) {
+	case validate.Blank:
+		return invalid(errWorkerIDBlank, "worker id %q is blank", workerID)
+	case validate.Unclean:
+		return invalid(errWorkerIDInvalid, "worker id holds a NUL byte or invalid UTF-8")
 	}
 	return nil
 }
 
 // validateLimit checks that n is between 1 and MaxLimit.
-func validateLimit(n int, base *runledger.Error, what string) error {
+func validateLimit(n int, kind errs.Kind, what string) error {
 	if n < 1 || n > MaxLimit {
-		return invalid(base, "%s must be between 1 and %d, got %d", what, MaxLimit, n)
+		return invalid(kind, "%s must be between 1 and %d, got %d", what, MaxLimit, n)
 	}
 	return nil
 }

@@ -79,136 +79,136 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}
 	}
-	tooLongKey := strings.Repeat("k", jobs.MaxIdempotencyKeyBytes+1)
+	tooLongKey := strings.Repeat("k", runledger.MaxKeyBytes+1)
 
 	cases := []struct {
 		name string
 		call func() error
-		want *runledger.Error
+		want runledger.Code
 	}{
 		{"definition type blank", func() error {
 			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: " \t\u00a0"})
 			return err
-		}, runledger.ErrJobTypeBlank},
+		}, "job.job_type_blank"},
 		{"definition type NUL", func() error {
 			_, err := jobs.UpsertDefinitionTx(ctx, nil, jobs.DefinitionInput{JobType: "a\x00b"})
 			return err
-		}, runledger.ErrJobTypeInvalid},
+		}, "job.job_type_invalid"},
 		{"definition max attempts", func() error {
 			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "x", MaxAttempts: testdb.Ptr[int32](0)})
 			return err
-		}, runledger.ErrMaxAttemptsInvalid},
+		}, "job.max_attempts_invalid"},
 		{"definition timeout", func() error {
 			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "x", TimeoutSeconds: testdb.Ptr[int32](-1)})
 			return err
-		}, runledger.ErrTimeoutInvalid},
-		{"get definition blank", func() error { _, err := jobs.GetDefinition(ctx, pool, ""); return err }, runledger.ErrJobTypeBlank},
+		}, "job.timeout_invalid"},
+		{"get definition blank", func() error { _, err := jobs.GetDefinition(ctx, pool, ""); return err }, "job.job_type_blank"},
 
-		{"enqueue type blank", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = "  " })), runledger.ErrJobTypeBlank},
-		{"enqueue type invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = "\xff" })), runledger.ErrJobTypeInvalid},
-		{"payload not JSON", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"a":`) })), runledger.ErrPayloadInvalid},
-		{"payload empty", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage{} })), runledger.ErrPayloadInvalid},
-		{"payload two values", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{} {}`) })), runledger.ErrPayloadInvalid},
-		{"payload invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage("\"\xff\"") })), runledger.ErrPayloadInvalid},
-		{"payload NUL escape", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"a":"x\u0000"}`) })), runledger.ErrPayloadInvalid},
-		{"payload NUL escape in key", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"\u0000":1}`) })), runledger.ErrPayloadInvalid},
-		{"payload lone high surrogate", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ud83d"`) })), runledger.ErrPayloadInvalid},
-		{"payload high surrogate then text", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ud83dx"`) })), runledger.ErrPayloadInvalid},
-		{"payload lone low surrogate", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ude00"`) })), runledger.ErrPayloadInvalid},
-		{"max attempts zero", enq(with(func(r *jobs.EnqueueRequest) { r.MaxAttempts = testdb.Ptr[int32](0) })), runledger.ErrMaxAttemptsInvalid},
-		{"timeout zero", enq(with(func(r *jobs.EnqueueRequest) { r.TimeoutSeconds = testdb.Ptr[int32](0) })), runledger.ErrTimeoutInvalid},
-		{"run at zero", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = &time.Time{} })), runledger.ErrRunAtInvalid},
-		{"run at year 10000", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = testdb.Ptr(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)) })), runledger.ErrRunAtInvalid},
-		{"idempotency key blank", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = " \u3000 " })), runledger.ErrIdempotencyKeyInvalid},
-		{"idempotency key NUL", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "a\x00" })), runledger.ErrIdempotencyKeyInvalid},
-		{"idempotency key invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "a\xc3" })), runledger.ErrIdempotencyKeyInvalid},
-		{"idempotency key too long", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = tooLongKey })), runledger.ErrIdempotencyKeyInvalid},
+		{"enqueue type blank", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = "  " })), "job.job_type_blank"},
+		{"enqueue type invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = "\xff" })), "job.job_type_invalid"},
+		{"payload not JSON", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"a":`) })), "job.payload_invalid"},
+		{"payload empty", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage{} })), "job.payload_invalid"},
+		{"payload two values", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{} {}`) })), "job.payload_invalid"},
+		{"payload invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage("\"\xff\"") })), "job.payload_invalid"},
+		{"payload NUL escape", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"a":"x\u0000"}`) })), "job.payload_invalid"},
+		{"payload NUL escape in key", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"\u0000":1}`) })), "job.payload_invalid"},
+		{"payload lone high surrogate", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ud83d"`) })), "job.payload_invalid"},
+		{"payload high surrogate then text", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ud83dx"`) })), "job.payload_invalid"},
+		{"payload lone low surrogate", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`"\ude00"`) })), "job.payload_invalid"},
+		{"max attempts zero", enq(with(func(r *jobs.EnqueueRequest) { r.MaxAttempts = testdb.Ptr[int32](0) })), "job.max_attempts_invalid"},
+		{"timeout zero", enq(with(func(r *jobs.EnqueueRequest) { r.TimeoutSeconds = testdb.Ptr[int32](0) })), "job.timeout_invalid"},
+		{"run at zero", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = &time.Time{} })), "job.run_at_invalid"},
+		{"run at year 10000", enq(with(func(r *jobs.EnqueueRequest) { r.RunAt = testdb.Ptr(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)) })), "job.run_at_invalid"},
+		{"idempotency key blank", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = " \u3000 " })), "job.idempotency_key_invalid"},
+		{"idempotency key NUL", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "a\x00" })), "job.idempotency_key_invalid"},
+		{"idempotency key invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "a\xc3" })), "job.idempotency_key_invalid"},
+		{"idempotency key too long", enq(with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = tooLongKey })), "job.idempotency_key_invalid"},
 		{"resource key blank", enq(with(func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = "\u2028" })), invalidResourceKey},
 		{"resource key too long", enq(with(func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = tooLongKey })), invalidResourceKey},
 		{"resource key invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = "k\xff" })), invalidResourceKey},
 
-		{"claim worker blank", claimWith(func(r *jobs.ClaimRequest) { r.WorkerID = " " }), runledger.ErrWorkerIDBlank},
-		{"claim worker NUL", claimWith(func(r *jobs.ClaimRequest) { r.WorkerID = "w\x00" }), runledger.ErrWorkerIDInvalid},
-		{"claim type blank", claimWith(func(r *jobs.ClaimRequest) { r.JobTypes = []string{"email", ""} }), runledger.ErrJobTypeBlank},
-		{"claim limit zero", claimWith(func(r *jobs.ClaimRequest) { r.Limit = 0 }), runledger.ErrClaimLimitInvalid},
-		{"claim limit too big", claimWith(func(r *jobs.ClaimRequest) { r.Limit = jobs.MaxLimit + 1 }), runledger.ErrClaimLimitInvalid},
-		{"claim lease zero", claimWith(func(r *jobs.ClaimRequest) { r.Lease = 0 }), runledger.ErrLeaseDurationInvalid},
-		{"claim lease negative", claimWith(func(r *jobs.ClaimRequest) { r.Lease = -time.Second }), runledger.ErrLeaseDurationInvalid},
+		{"claim worker blank", claimWith(func(r *jobs.ClaimRequest) { r.WorkerID = " " }), "job.worker_id_blank"},
+		{"claim worker NUL", claimWith(func(r *jobs.ClaimRequest) { r.WorkerID = "w\x00" }), "job.worker_id_invalid"},
+		{"claim type blank", claimWith(func(r *jobs.ClaimRequest) { r.JobTypes = []string{"email", ""} }), "job.job_type_blank"},
+		{"claim limit zero", claimWith(func(r *jobs.ClaimRequest) { r.Limit = 0 }), "job.claim_limit_invalid"},
+		{"claim limit too big", claimWith(func(r *jobs.ClaimRequest) { r.Limit = jobs.MaxLimit + 1 }), "job.claim_limit_invalid"},
+		{"claim lease zero", claimWith(func(r *jobs.ClaimRequest) { r.Lease = 0 }), "job.lease_duration_invalid"},
+		{"claim lease negative", claimWith(func(r *jobs.ClaimRequest) { r.Lease = -time.Second }), "job.lease_duration_invalid"},
 
-		{"complete worker blank", completeWith(func(r *jobs.CompleteRequest) { r.WorkerID = "" }), runledger.ErrWorkerIDBlank},
-		{"complete output", completeWith(func(r *jobs.CompleteRequest) { r.Output = json.RawMessage(`nope`) }), runledger.ErrOutputInvalid},
-		{"complete progress negative", completeWith(func(r *jobs.CompleteRequest) { r.ProgressDone = testdb.Ptr[int64](-1) }), runledger.ErrProgressInvalid},
+		{"complete worker blank", completeWith(func(r *jobs.CompleteRequest) { r.WorkerID = "" }), "job.worker_id_blank"},
+		{"complete output", completeWith(func(r *jobs.CompleteRequest) { r.Output = json.RawMessage(`nope`) }), "job.output_invalid"},
+		{"complete progress negative", completeWith(func(r *jobs.CompleteRequest) { r.ProgressDone = testdb.Ptr[int64](-1) }), "job.progress_invalid"},
 		{"complete progress over total", completeWith(func(r *jobs.CompleteRequest) {
 			r.ProgressDone, r.ProgressTotal = testdb.Ptr[int64](5), testdb.Ptr[int64](4)
-		}), runledger.ErrProgressInvalid},
+		}), "job.progress_invalid"},
 
-		{"fail worker blank", failWith(func(r *jobs.FailRequest) { r.WorkerID = "\n" }), runledger.ErrWorkerIDBlank},
-		{"fail error code NUL", failWith(func(r *jobs.FailRequest) { r.ErrorCode = "\x00" }), runledger.ErrFailureInvalid},
-		{"fail message invalid UTF-8", failWith(func(r *jobs.FailRequest) { r.ErrorMessage = "\xfe" }), runledger.ErrFailureInvalid},
-		{"fail retry delay negative", failWith(func(r *jobs.FailRequest) { r.RetryDelay = testdb.Ptr(-time.Millisecond) }), runledger.ErrRetryDelayInvalid},
+		{"fail worker blank", failWith(func(r *jobs.FailRequest) { r.WorkerID = "\n" }), "job.worker_id_blank"},
+		{"fail error code NUL", failWith(func(r *jobs.FailRequest) { r.ErrorCode = "\x00" }), "job.failure_invalid"},
+		{"fail message invalid UTF-8", failWith(func(r *jobs.FailRequest) { r.ErrorMessage = "\xfe" }), "job.failure_invalid"},
+		{"fail retry delay negative", failWith(func(r *jobs.FailRequest) { r.RetryDelay = testdb.Ptr(-time.Millisecond) }), "job.retry_delay_invalid"},
 
 		{"cancel reason NUL", func() error {
 			_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: uuid.New(), Reason: "\x00"})
 			return err
-		}, runledger.ErrCancelReasonInvalid},
+		}, "job.cancel_reason_invalid"},
 		{"cancel tx reason invalid", func() error {
 			_, err := jobs.CancelTx(ctx, nil, jobs.CancelRequest{JobID: uuid.New(), Reason: "\xff"})
 			return err
-		}, runledger.ErrCancelReasonInvalid},
+		}, "job.cancel_reason_invalid"},
 
-		{"recover limit zero", func() error { _, err := jobs.RecoverExpiredLeases(ctx, pool, 0); return err }, runledger.ErrRecoverLimitInvalid},
-		{"recover tx limit too big", func() error { _, err := jobs.RecoverExpiredLeasesTx(ctx, nil, 1001); return err }, runledger.ErrRecoverLimitInvalid},
+		{"recover limit zero", func() error { _, err := jobs.RecoverExpiredLeases(ctx, pool, 0); return err }, "job.recover_limit_invalid"},
+		{"recover tx limit too big", func() error { _, err := jobs.RecoverExpiredLeasesTx(ctx, nil, 1001); return err }, "job.recover_limit_invalid"},
 
 		{"newest events limit", func() error {
 			_, err := jobs.NewestEvents(ctx, pool, runledger.Global(), uuid.New(), 0)
 			return err
-		}, runledger.ErrEventLimitInvalid},
+		}, "job.event_limit_invalid"},
 		{"recent events limit", func() error {
 			_, err := jobs.RecentEventsByType(ctx, pool, runledger.JobEventLeased, time.Now(), 1001)
 			return err
-		}, runledger.ErrEventLimitInvalid},
+		}, "job.event_limit_invalid"},
 		{"recent events type", func() error {
 			_, err := jobs.RecentEventsByType(ctx, pool, "leased", time.Now(), 10)
 			return err
-		}, runledger.ErrEventFilterInvalid},
+		}, "job.event_filter_invalid"},
 
-		{"list limit", func() error { _, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 0}); return err }, runledger.ErrListLimitInvalid},
+		{"list limit", func() error { _, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 0}); return err }, "job.list_limit_invalid"},
 		{"list status unknown", func() error {
 			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatus("DONE"))})
 			return err
-		}, runledger.ErrListFilterInvalid},
+		}, "job.list_filter_invalid"},
 		{"list status with cursor", func() error {
 			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatusPending), Before: &jobs.Cursor{}})
 			return err
-		}, runledger.ErrListFilterInvalid},
-		{"list all limit", func() error { _, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1001}); return err }, runledger.ErrListLimitInvalid},
+		}, "job.list_filter_invalid"},
+		{"list all limit", func() error { _, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1001}); return err }, "job.list_limit_invalid"},
 		{"list all type without status", func() error {
 			_, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1, JobType: "email"})
 			return err
-		}, runledger.ErrListFilterInvalid},
+		}, "job.list_filter_invalid"},
 		{"list all status without type", func() error {
 			_, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatusPending)})
 			return err
-		}, runledger.ErrListFilterInvalid},
+		}, "job.list_filter_invalid"},
 
 		{"workflow type blank", func() error {
 			_, err := jobs.EnqueueWorkflowStep(ctx, pool, jobs.WorkflowStepRequest{WorkflowType: " ", StepKey: "s", Job: ok})
 			return err
-		}, runledger.ErrWorkflowTypeInvalid},
+		}, "job.workflow_type_invalid"},
 		{"workflow step key NUL", func() error {
 			_, err := jobs.EnqueueWorkflowStepTx(ctx, nil, jobs.WorkflowStepRequest{WorkflowType: "w", StepKey: "\x00", Job: ok})
 			return err
-		}, runledger.ErrWorkflowStepKeyInvalid},
+		}, "job.workflow_step_key_invalid"},
 		{"workflow step job keyed", func() error {
 			_, err := jobs.EnqueueWorkflowStep(ctx, pool, jobs.WorkflowStepRequest{WorkflowType: "w", StepKey: "s",
 				Job: with(func(r *jobs.EnqueueRequest) { r.IdempotencyKey = "k" })})
 			return err
-		}, runledger.ErrWorkflowStepJobKeyed},
+		}, "job.workflow_step_job_keyed"},
 		{"workflow step job invalid", func() error {
 			_, err := jobs.EnqueueWorkflowStep(ctx, pool, jobs.WorkflowStepRequest{WorkflowType: "w", StepKey: "s",
 				Job: with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`x`) })})
 			return err
-		}, runledger.ErrPayloadInvalid},
+		}, "job.payload_invalid"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -228,11 +228,11 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 	}
 }
 
-var invalidResourceKey = &runledger.Error{Code: runledger.CodeInvalidExecutionResourceKey, Category: runledger.CategoryValidation}
+const invalidResourceKey runledger.Code = "job.invalid_execution_resource_key"
 
 func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	t.Parallel()
-	key512 := strings.Repeat("é", jobs.MaxIdempotencyKeyBytes/2)
+	key512 := strings.Repeat("é", runledger.MaxKeyBytes/2)
 	reqs := []jobs.EnqueueRequest{
 		{JobType: "email", IdempotencyKey: key512, ExecutionResourceKey: key512},
 		{JobType: "email", Payload: json.RawMessage(` {"a":"\ud83d\ude00","b":"\\u0000"} `)},

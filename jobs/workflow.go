@@ -12,7 +12,9 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // WorkflowStepRequest asks for a job owned by a new workflow step.
@@ -31,14 +33,14 @@ type WorkflowStepRequest struct {
 // (job.workflow_step_key_invalid) non-blank and clean, the job unkeyed
 // (job.workflow_step_job_keyed) and valid (EnqueueRequest.Validate).
 func (r WorkflowStepRequest) Validate() error {
-	if strings.TrimSpace(r.WorkflowType) == "" || !cleanText(r.WorkflowType) {
-		return invalid(runledger.ErrWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
+	if strings.TrimSpace(r.WorkflowType) == "" || !validate.Clean(r.WorkflowType) {
+		return invalid(errWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
 	}
-	if strings.TrimSpace(r.StepKey) == "" || !cleanText(r.StepKey) {
-		return invalid(runledger.ErrWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
+	if strings.TrimSpace(r.StepKey) == "" || !validate.Clean(r.StepKey) {
+		return invalid(errWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
 	}
 	if r.Job.IdempotencyKey != "" {
-		return invalid(runledger.ErrWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed")
+		return invalid(errWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed")
 	}
 	return r.Job.Validate()
 }
@@ -56,8 +58,8 @@ type WorkflowStepJob struct {
 // Enqueue, unkeyed), a new workflow run of the job's scope, and a JOB step
 // that owns the job. All three commit together or not at all. The job is
 // then workflow-managed: compare-and-replay refuses it
-// (runledger.ErrWorkflowManaged). A missing or disabled definition is
-// runledger.ErrDefinitionNotFoundOrDisabled and writes nothing.
+// (runledger.CodeWorkflowManaged). A missing or disabled definition is
+// runledger.CodeDefinitionNotFoundOrDisabled and writes nothing.
 func EnqueueWorkflowStep(ctx context.Context, pool *pgxpool.Pool, req WorkflowStepRequest) (WorkflowStepJob, error) {
 	if err := req.Validate(); err != nil {
 		return WorkflowStepJob{}, err
@@ -88,11 +90,11 @@ func enqueueWorkflowStep(ctx context.Context, tx pgx.Tx, req WorkflowStepRequest
 	}
 	runID, err := uuid.NewV7()
 	if err != nil {
-		return WorkflowStepJob{}, runledger.InvariantViolated("generate workflow run id: " + err.Error())
+		return WorkflowStepJob{}, errs.Invariant("generate workflow run id: " + err.Error())
 	}
 	stepID, err := uuid.NewV7()
 	if err != nil {
-		return WorkflowStepJob{}, runledger.InvariantViolated("generate workflow step id: " + err.Error())
+		return WorkflowStepJob{}, errs.Invariant("generate workflow step id: " + err.Error())
 	}
 	run, err := queries.WorkflowRunInsert(ctx, tx, db.WorkflowRunInsertParams{
 		ID: runID, WorkflowType: req.WorkflowType, OrganizationID: req.Job.Scope.OrganizationIDPtr(),

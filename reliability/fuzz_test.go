@@ -19,15 +19,15 @@ import (
 
 // enqueueValidationCodes are the codes EnqueueRequest.Validate documents,
 // in the order it checks them.
-var enqueueValidationCodes = []string{
-	runledger.CodeJobTypeBlank,
-	runledger.CodeJobTypeInvalid,
-	runledger.CodePayloadInvalid,
-	runledger.CodeMaxAttemptsInvalid,
-	runledger.CodeTimeoutInvalid,
-	runledger.CodeRunAtInvalid,
-	runledger.CodeIdempotencyKeyInvalid,
-	runledger.CodeInvalidExecutionResourceKey,
+var enqueueValidationCodes = []runledger.Code{
+	"job.job_type_blank",
+	"job.job_type_invalid",
+	"job.payload_invalid",
+	"job.max_attempts_invalid",
+	"job.timeout_invalid",
+	"job.run_at_invalid",
+	"job.idempotency_key_invalid",
+	"job.invalid_execution_resource_key",
 }
 
 func clean(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
@@ -37,21 +37,21 @@ func clean(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(
 func expectedEnqueueCode(r jobs.EnqueueRequest) string {
 	switch {
 	case strings.TrimSpace(r.JobType) == "":
-		return runledger.CodeJobTypeBlank
+		return "job.job_type_blank"
 	case !clean(r.JobType):
-		return runledger.CodeJobTypeInvalid
+		return "job.job_type_invalid"
 	case r.Payload != nil && !jsonbStorable(r.Payload):
-		return runledger.CodePayloadInvalid
+		return "job.payload_invalid"
 	case r.MaxAttempts != nil && *r.MaxAttempts <= 0:
-		return runledger.CodeMaxAttemptsInvalid
+		return "job.max_attempts_invalid"
 	case r.TimeoutSeconds != nil && *r.TimeoutSeconds <= 0:
-		return runledger.CodeTimeoutInvalid
+		return "job.timeout_invalid"
 	case r.RunAt != nil && (r.RunAt.IsZero() || r.RunAt.UTC().Year() < 1 || r.RunAt.UTC().Year() > 9999):
-		return runledger.CodeRunAtInvalid
+		return "job.run_at_invalid"
 	case r.IdempotencyKey != "" && (strings.TrimSpace(r.IdempotencyKey) == "" || !clean(r.IdempotencyKey) || len(r.IdempotencyKey) > 512):
-		return runledger.CodeIdempotencyKeyInvalid
+		return "job.idempotency_key_invalid"
 	case r.ExecutionResourceKey != "" && (strings.TrimSpace(r.ExecutionResourceKey) == "" || !clean(r.ExecutionResourceKey) || len(r.ExecutionResourceKey) > 512):
-		return runledger.CodeInvalidExecutionResourceKey
+		return "job.invalid_execution_resource_key"
 	}
 	return ""
 }
@@ -124,7 +124,7 @@ func FuzzEnqueueRequestValidate(f *testing.F) {
 		if !errors.As(err, &e) {
 			t.Fatalf("error %v (%T) is not a *runledger.Error", err, err)
 		}
-		if e.Category != runledger.CategoryValidation || e.Code != want {
+		if e.Category != runledger.CategoryValidation || string(e.Code) != want {
 			t.Fatalf("%+v: %s/%s, the documented rules give %s/validation", r, e.Code, e.Category, want)
 		}
 		known := false

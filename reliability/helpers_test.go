@@ -303,7 +303,7 @@ func wantTransient(t testing.TB, err error) *runledger.Error {
 // wantCommitUnconfirmed fails unless err matches runledger.ErrCommitUnconfirmed.
 func wantCommitUnconfirmed(t testing.TB, err error) {
 	t.Helper()
-	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.CodeCommitUnconfirmed {
+	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.ErrCommitUnconfirmed {
 		t.Fatalf("error %v (%s), want db.transaction_commit_unconfirmed", err, testdb.Detail(err))
 	}
 	if runledger.IsTransient(err) {
@@ -323,7 +323,7 @@ func errClass(err error) string {
 		return "transient"
 	}
 	if c := runledger.CodeOf(err); c != "" {
-		return c
+		return string(c)
 	}
 	return "untyped"
 }

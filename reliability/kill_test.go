@@ -416,7 +416,7 @@ func TestCompleteKilled(t *testing.T) {
 				// mismatch and writes nothing.
 				checkCompletedOnce(t, e.admin, cr.JobID)
 				_, err = jobs.Complete(ctx, e.admin, cr)
-				if !errors.Is(err, runledger.ErrLeaseMismatch) {
+				if !errors.Is(err, runledger.CodeLeaseMismatch) {
 					t.Fatalf("retry after a landed completion: %v, want lease mismatch", err)
 				}
 				checkCompletedOnce(t, e.admin, cr.JobID)
@@ -441,7 +441,7 @@ func TestCompleteKilled(t *testing.T) {
 				t.Fatalf("retry: %+v, %v", job, err)
 			}
 			checkCompletedOnce(t, e.admin, cr.JobID)
-			if _, err := jobs.Complete(ctx, pool, cr); !errors.Is(err, runledger.ErrLeaseMismatch) {
+			if _, err := jobs.Complete(ctx, pool, cr); !errors.Is(err, runledger.CodeLeaseMismatch) {
 				t.Fatalf("second retry: %v, want lease mismatch", err)
 			}
 			checkCompletedOnce(t, e.admin, cr.JobID)

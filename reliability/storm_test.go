@@ -77,7 +77,7 @@ func TestStormOneKeyTwoReasons(t *testing.T) {
 			counts[string(got.Disposition)]++
 			continue
 		}
-		if r.out != nil || !errors.Is(r.err, runledger.ErrReplayIdempotencyConflict) {
+		if r.out != nil || !errors.Is(r.err, runledger.CodeReplayIdempotencyConflict) {
 			t.Fatalf("caller %d (other reason): %+v, %v (%s); want the idempotency conflict", i, r.out, r.err, testdb.Detail(r.err))
 		}
 		counts["conflict"]++

@@ -47,7 +47,7 @@ func resultOf(outcome any, err error) result {
 	if err != nil {
 		var e *runledger.Error
 		if errors.As(err, &e) {
-			r.Code, r.Category, r.Message, r.Detail = e.Code, e.Category, e.Message, e.Detail
+			r.Code, r.Category, r.Message, r.Detail = string(e.Code), e.Category, e.Message, e.Detail
 		} else {
 			r.Detail = err.Error()
 		}
@@ -170,7 +170,7 @@ func TestTenantIsolationMatrix(t *testing.T) {
 			inTx(func(tx pgx.Tx) {
 				want = resultOf(o.run(tx, c.scope, missing)).masked(missing)
 			})
-			if want.Code != runledger.CodeJobNotFound && want.Outcome != "replay.NotFound" {
+			if want.Code != string(runledger.CodeJobNotFound) && want.Outcome != "replay.NotFound" {
 				t.Fatalf("%s from %s on a missing id: %+v, want not found", o.name, c.name, want)
 			}
 			for _, other := range tenants {

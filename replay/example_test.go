@@ -32,7 +32,7 @@ func Example() {
 	for i := 0; i < 2; i++ {
 		out, err := replay.SucceededJob(ctx, pool, req)
 		switch {
-		case errors.Is(err, runledger.ErrReplayIdempotencyConflict):
+		case errors.Is(err, runledger.CodeReplayIdempotencyConflict):
 			log.Fatal("this key was used with another reason")
 		case errors.Is(err, runledger.ErrCommitUnconfirmed):
 			continue // unknown outcome: the same request again finds out

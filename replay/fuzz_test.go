@@ -18,13 +18,13 @@ import (
 
 // replayValidationMessages are the client messages of the request
 // validation codes: fixed text, never the caller's bytes.
-var replayValidationMessages = map[string]string{
-	runledger.CodeReplayRequestKeyBlank:   "Job replay request key must not be blank.",
-	runledger.CodeReplayRequestKeyInvalid: "Job replay request key must be valid UTF-8 without NUL bytes.",
-	runledger.CodeReplayRequestKeyTooLong: "Job replay request key is too long.",
-	runledger.CodeReplayReasonBlank:       "Job replay reason must not be blank.",
-	runledger.CodeReplayReasonInvalid:     "Job replay reason must be valid UTF-8 without NUL bytes.",
-	runledger.CodeReplayReasonTooLong:     "Job replay reason is too long.",
+var replayValidationMessages = map[runledger.Code]string{
+	"job.replay_request_key_blank":    "Job replay request key must not be blank.",
+	"job.replay_request_key_invalid":  "Job replay request key must be valid UTF-8 without NUL bytes.",
+	"job.replay_request_key_too_long": "Job replay request key is too long.",
+	"job.replay_reason_blank":         "Job replay reason must not be blank.",
+	"job.replay_reason_invalid":       "Job replay reason must be valid UTF-8 without NUL bytes.",
+	"job.replay_reason_too_long":      "Job replay reason is too long.",
 }
 
 // expectedValidation is the documented rule set of Request.Validate,
@@ -43,10 +43,10 @@ func expectedValidation(key, reason string) string {
 		}
 		return ""
 	}
-	if c := check(key, 512, runledger.CodeReplayRequestKeyBlank, runledger.CodeReplayRequestKeyInvalid, runledger.CodeReplayRequestKeyTooLong); c != "" {
+	if c := check(key, 512, "job.replay_request_key_blank", "job.replay_request_key_invalid", "job.replay_request_key_too_long"); c != "" {
 		return c
 	}
-	return check(reason, 4096, runledger.CodeReplayReasonBlank, runledger.CodeReplayReasonInvalid, runledger.CodeReplayReasonTooLong)
+	return check(reason, 4096, "job.replay_reason_blank", "job.replay_reason_invalid", "job.replay_reason_too_long")
 }
 
 // FuzzRequestValidate feeds Request.Validate keys and reasons of any bytes.
@@ -83,7 +83,7 @@ func FuzzRequestValidate(f *testing.F) {
 					t.Fatalf("accepted unstorable or blank text %q", s)
 				}
 			}
-			if len(key) > replay.MaxKeyBytes || len(reason) > replay.MaxReasonBytes {
+			if len(key) > runledger.MaxKeyBytes || len(reason) > replay.MaxReasonBytes {
 				t.Fatalf("accepted key of %d bytes, reason of %d", len(key), len(reason))
 			}
 			return
@@ -95,7 +95,7 @@ func FuzzRequestValidate(f *testing.F) {
 		if e.Category != runledger.CategoryValidation || runledger.CategoryOf(err) != runledger.CategoryValidation {
 			t.Fatalf("category %s for %s, want validation", e.Category, e.Code)
 		}
-		if e.Code != want {
+		if string(e.Code) != want {
 			t.Fatalf("key %q reason %q: code %s, the documented rules give %q", key, reason, e.Code, want)
 		}
 		if msg, ok := replayValidationMessages[e.Code]; !ok || e.Message != msg {
@@ -108,7 +108,7 @@ func FuzzRequestValidate(f *testing.F) {
 		if e.SQLState != "" || e.Err != nil || runledger.IsTransient(err) {
 			t.Fatalf("a validation error carries database state: %+v", e)
 		}
-		if e.Error() != fmt.Sprintf("%s (%s)", e.Message, e.Code) {
+		if e.Error() != fmt.Sprintf("%s (%s): %s", e.Message, e.Code, e.Detail) {
 			t.Fatalf("Error() = %q", e.Error())
 		}
 

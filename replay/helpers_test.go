@@ -125,7 +125,7 @@ func waitUntilWaitingOnLock(t *testing.T, pool *pgxpool.Pool, pid uint32) {
 	})
 }
 
-func wantCode(t *testing.T, err error, code string) *runledger.Error {
+func wantCode(t *testing.T, err error, code runledger.Code) *runledger.Error {
 	t.Helper()
 	var e *runledger.Error
 	if !errors.As(err, &e) {

@@ -171,7 +171,7 @@ func TestConflictingRequestDoesNotKeepWorkersFromTheReplay(t *testing.T) {
 
 	tx, _ := beginTx(t, ctx, pool)
 	_, err := replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "different"})
-	if !errors.Is(err, runledger.ErrReplayIdempotencyConflict) {
+	if !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
 		t.Fatalf("%v", err)
 	}
 	claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
@@ -227,7 +227,7 @@ func TestWorkflowStepJobCannotBeReplayedDirectly(t *testing.T) {
 	}
 	completeJob(t, ctx, pool, step.Job.ID, `{}`)
 	_, err = replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: step.Job.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if e := wantCode(t, err, runledger.CodeWorkflowRequeueNotSupported); e.Message != "Workflow-managed jobs cannot be requeued directly." {
+	if e := wantCode(t, err, runledger.CodeWorkflowManaged); e.Message != "Workflow-managed jobs cannot be requeued directly." {
 		t.Fatalf("%+v", e)
 	}
 }

@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -11,12 +10,13 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 )
 
 // Lineage reads. Both take any db.DBTX (a pool, a connection or a
 // transaction, like jobs.Querier) and lock nothing; a job outside the
-// caller's scope is runledger.ErrJobNotFound, exactly like a missing one.
+// caller's scope is runledger.CodeJobNotFound, exactly like a missing one.
 
 // List returns the replays made from a source job, oldest first, each with
 // the replay job's current status and run. A source never replayed gives
@@ -87,7 +87,7 @@ func Origin(ctx context.Context, q db.DBTX, scope runledger.Scope, replayID uuid
 func requireJob(ctx context.Context, q db.DBTX, scope runledger.Scope, id uuid.UUID) error {
 	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.New(runledger.ErrJobNotFound, fmt.Sprintf("job %s not found in scope %s", id, scope))
+		return errs.JobNotFound.Newf("job %s not found in scope %s", id, scope)
 	}
 	if err != nil {
 		return dberr.Translate(ctx, "get job", err)

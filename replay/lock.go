@@ -3,15 +3,14 @@ package replay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 )
@@ -59,11 +58,11 @@ func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForRepl
 		if got.locked != nil {
 			switch {
 			case got.locked.WorkflowManaged:
-				return none, nil, runledger.InvariantViolated("locked replay source is workflow-managed")
+				return none, nil, errs.Invariant("locked replay source is workflow-managed")
 			case got.locked.LockToken != token:
-				return none, nil, runledger.InvariantViolated("source lock marker holds another attempt's token")
+				return none, nil, errs.Invariant("source lock marker holds another attempt's token")
 			case got.actual != nil:
-				return none, nil, runledger.InvariantViolated("classification read ran although the source lock succeeded")
+				return none, nil, errs.Invariant("classification read ran although the source lock succeeded")
 			}
 			if got.existing != nil {
 				out, err := existingOutcome(req, *got.existing)
@@ -72,7 +71,7 @@ func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForRepl
 			return *got.locked, nil, nil
 		}
 		if got.existing != nil {
-			return none, nil, runledger.InvariantViolated("second lineage lookup ran although the source lock missed")
+			return none, nil, errs.Invariant("second lineage lookup ran although the source lock missed")
 		}
 		failpoint.Inject(ctx, fpAfterLockMiss, call(req, attempt))
 
@@ -101,14 +100,14 @@ func lockSource(ctx context.Context, s *session, req Request) (db.JobLockForRepl
 			return none, ExpectationMismatch{Actual: job}, nil
 		}
 		if actual.WorkflowManaged {
-			return none, nil, runledger.New(runledger.ErrWorkflowManaged, "workflow managed job requeue is not supported")
+			return none, nil, errs.WorkflowManaged.New("workflow managed job requeue is not supported")
 		}
 		// Eligible now, but not when the locking read ran: its snapshot was
 		// older. Retry with a fresh one.
 	}
-	return none, nil, runledger.New(runledger.ErrReplaySourceUnstable,
-		fmt.Sprintf("job replay source %s stayed eligible to the unlocked read but not to the locking read after %d attempts",
-			req.SourceJobID, MaxSourceLockAttempts))
+	return none, nil, errs.ReplaySourceUnstable.Newf(
+		"job replay source %s stayed eligible to the unlocked read but not to the locking read after %d attempts",
+		req.SourceJobID, MaxSourceLockAttempts)
 }
 
 func eligible(req Request, j db.JobGetForReplayClassificationRow) bool {

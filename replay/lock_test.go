@@ -69,7 +69,7 @@ func TestConflictMismatchAndNotFoundHoldNoRowLock(t *testing.T) {
 		want func(replay.Outcome, error) bool
 	}{
 		{"conflict", replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "other"},
-			func(_ replay.Outcome, err error) bool { return errors.Is(err, runledger.ErrReplayIdempotencyConflict) }},
+			func(_ replay.Outcome, err error) bool { return errors.Is(err, runledger.CodeReplayIdempotencyConflict) }},
 		{"mismatch", replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 2, Key: "k2", Reason: "r"},
 			func(o replay.Outcome, err error) bool {
 				_, ok := o.(replay.ExpectationMismatch)
@@ -171,7 +171,7 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 				if holders := rowLockHolders(t, pool, held.Replay.JobID); !reflect.DeepEqual(holders, []uint32{waiterPID}) {
 					t.Fatalf("replay held by %v, want the waiter %d", holders, waiterPID)
 				}
-			} else if !errors.Is(res.err, runledger.ErrReplayIdempotencyConflict) {
+			} else if !errors.Is(res.err, runledger.CodeReplayIdempotencyConflict) {
 				t.Fatalf("waiter got %v %v, want a conflict", res.out, res.err)
 			}
 			if holders := rowLockHolders(t, pool, sourceID); !reflect.DeepEqual(holders, []uint32{waiterPID}) {

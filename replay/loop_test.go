@@ -73,7 +73,7 @@ func TestLockLoopGivesUpAfterItsBound(t *testing.T) {
 	}))()
 
 	out, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if out != nil || !errors.Is(err, runledger.ErrReplaySourceUnstable) {
+	if out != nil || !errors.Is(err, runledger.CodeReplaySourceUnstable) {
 		t.Fatalf("outcome %v err %v, want the unstable-source error", out, err)
 	}
 	e := wantCode(t, err, runledger.CodeReplaySourceUnstable)

@@ -38,7 +38,7 @@ func TestRefusedIsolationLocksNoRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = replay.SucceededJobTx(ctx, tx, req)
-		if !errors.Is(err, runledger.ErrReplayUnsupportedIsolation) {
+		if !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) {
 			t.Fatalf("%s: %v, want the isolation refusal", level, err)
 		}
 		for _, id := range []uuid.UUID{first.Replay.JobID, sourceID} {
@@ -99,7 +99,7 @@ func TestInsertErrorInTheFinalBatchRollsBackAndKeepsTheConnection(t *testing.T) 
 	conns := pool.Stat().NewConnsCount()
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
-	if e := wantCode(t, err, runledger.CodeBusinessRuleViolation); e.Constraint != "test_refused" || errors.Is(err, runledger.ErrCommitUnconfirmed) {
+	if e := wantCode(t, err, "db.business_rule_violation"); e.Constraint != "test_refused" || errors.Is(err, runledger.ErrCommitUnconfirmed) {
 		t.Fatalf("%+v", e)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
@@ -129,10 +129,10 @@ func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_refuse_at_commit()`)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.CodeCommitUnconfirmed {
+	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.ErrCommitUnconfirmed {
 		t.Fatalf("err %v, want commit-unconfirmed", err)
 	}
-	if e := wantCode(t, err, runledger.CodeCommitUnconfirmed); e.SQLState != "P0001" {
+	if e := wantCode(t, err, runledger.ErrCommitUnconfirmed); e.SQLState != "P0001" {
 		t.Fatalf("%+v: want the COMMIT's SQLSTATE", e)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 1 {

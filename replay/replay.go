@@ -31,7 +31,6 @@ package replay
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -40,9 +39,11 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // MaxSourceLockAttempts bounds the source lock loop. The loop repeats only
@@ -108,7 +109,7 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 // which it never commits or rolls back.
 //
 // It validates the request, then refuses any isolation level but READ
-// COMMITTED (runledger.ErrReplayUnsupportedIsolation), since the protocol
+// COMMITTED (errs.ReplayUnsupportedIsolation), since the protocol
 // relies on each statement seeing what concurrent replays committed; the
 // refusal reads and locks nothing (the isolation probe and the first
 // lineage lookup are one statement, which looks for lineage only under
@@ -201,11 +202,11 @@ func (s *session) findExisting(ctx context.Context, req Request) (*lineage, erro
 			return nil, dberr.Translate(ctx, "load existing job replay", err)
 		}
 		if lookup.err != nil { // no row: the statement always returns one
-			return nil, runledger.InvariantViolated("lineage lookup returned no row")
+			return nil, errs.Invariant("lineage lookup returned no row")
 		}
 		failpoint.Inject(ctx, txn.FailpointAfterBegin, txn.FailpointCall{Op: ownedOperation})
 		if !txn.IsReadCommitted(lookup.val.Isolation) {
-			return nil, runledger.InvariantViolated(fmt.Sprintf("owned replay transaction runs at %s, not READ COMMITTED", lookup.val.Isolation))
+			return nil, errs.Invariantf("owned replay transaction runs at %s, not READ COMMITTED", lookup.val.Isolation)
 		}
 		return lineageOf(lookup.val)
 	}
@@ -213,7 +214,7 @@ func (s *session) findExisting(ctx context.Context, req Request) (*lineage, erro
 	if err != nil {
 		return nil, dberr.Translate(ctx, "inspect transaction isolation and load existing job replay", err)
 	}
-	if err := txn.CheckIsolation(row.Isolation, txOperation, runledger.ErrReplayUnsupportedIsolation); err != nil {
+	if err := txn.CheckIsolation(row.Isolation, txOperation, errs.ReplayUnsupportedIsolation); err != nil {
 		return nil, err
 	}
 	return lineageOf(row)
@@ -222,12 +223,12 @@ func (s *session) findExisting(ctx context.Context, req Request) (*lineage, erro
 func lineageOf(row db.JobReplayGetForRequestRow) (*lineage, error) {
 	if row.ReplayJobID == nil {
 		if row.Reason != nil || row.ReplayStatus != nil || row.ReplayRunNumber != nil {
-			return nil, runledger.InvariantViolated("lineage lookup returned replay columns without a lineage row")
+			return nil, errs.Invariant("lineage lookup returned replay columns without a lineage row")
 		}
 		return nil, nil
 	}
 	if row.Reason == nil {
-		return nil, runledger.InvariantViolated("lineage lookup returned a lineage row without its reason")
+		return nil, errs.Invariant("lineage lookup returned a lineage row without its reason")
 	}
 	return &lineage{replayJobID: *row.ReplayJobID, reason: *row.Reason, status: row.ReplayStatus, runNumber: row.ReplayRunNumber}, nil
 }
@@ -237,15 +238,13 @@ func lineageOf(row db.JobReplayGetForRequestRow) (*lineage, error) {
 // nothing locked by the lookup, when it does not.
 func existingOutcome(req Request, found lineage) (Outcome, error) {
 	if found.reason != req.Reason {
-		return nil, runledger.New(runledger.ErrReplayIdempotencyConflict,
+		return nil, errs.ReplayIdempotencyConflict.New(
 			"job replay request reused its key with different request metadata")
 	}
 	if found.status == nil || found.runNumber == nil {
 		// The lineage row exists but its replay job could not be read: it was
 		// deleted after this statement's snapshot was taken.
-		return nil, runledger.Internal(runledger.CodeReplayIdempotencyConflictMissingExisting,
-			"Job replay retry could not be resolved.",
-			"job replay lineage referenced an existing replay job that could not be loaded")
+		return nil, errReplayMissingExisting.New("job replay lineage referenced an existing replay job that could not be loaded")
 	}
 	status, err := rows.Status(*found.status)
 	if err != nil {
@@ -264,13 +263,13 @@ func existingOutcome(req Request, found lineage) (Outcome, error) {
 // batch.
 func insertReplay(ctx context.Context, s *session, req Request, source db.JobLockForReplayRow) (Outcome, error) {
 	if key := source.ExecutionResourceKey; key != nil {
-		if err := runledger.ValidateExecutionResourceKey(*key); err != nil {
+		if err := validate.ExecutionResourceKey(*key); err != nil {
 			return nil, err
 		}
 	}
 	replayID, err := uuid.NewV7()
 	if err != nil {
-		return nil, runledger.Internal(runledger.CodeInvariantViolated, "Job id could not be generated.", "generate replay job id: "+err.Error())
+		return nil, errs.JobIDFailed.New("generate replay job id: " + err.Error())
 	}
 	params := db.JobReplayInsertParams{
 		SourceJobID:      source.ID,
@@ -290,8 +289,7 @@ func insertReplay(ctx context.Context, s *session, req Request, source db.JobLoc
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Nothing was written (the statement inserts only through the
 		// definition it found).
-		return nil, runledger.New(runledger.ErrDefinitionNotFoundOrDisabled,
-			fmt.Sprintf("enqueue job: definition missing or disabled for job type %q", source.JobType))
+		return nil, errs.DefinitionUnavailableFor(source.JobType)
 	}
 	if err != nil {
 		return nil, err
@@ -305,11 +303,11 @@ func insertReplay(ctx context.Context, s *session, req Request, source db.JobLoc
 	}
 	switch {
 	case row.ID != replayID || row.SourceJobID != source.ID || row.SourceRunNumber != source.RunNumber:
-		return nil, runledger.InvariantViolated("replay insert returned another job or source than requested" + committed)
+		return nil, errs.Invariant("replay insert returned another job or source than requested" + committed)
 	case row.Status != db.JobStatusPENDING || row.RunNumber != 1:
-		return nil, runledger.InvariantViolated(fmt.Sprintf("new replay job is %s at run %d, want PENDING at run 1%s", row.Status, row.RunNumber, committed))
+		return nil, errs.Invariantf("new replay job is %s at run %d, want PENDING at run 1%s", row.Status, row.RunNumber, committed)
 	case row.EventCount != 1 || row.LineageCount != 1:
-		return nil, runledger.InvariantViolated(fmt.Sprintf("replay insert wrote %d events and %d lineage rows, want 1 and 1%s", row.EventCount, row.LineageCount, committed))
+		return nil, errs.Invariantf("replay insert wrote %d events and %d lineage rows, want 1 and 1%s", row.EventCount, row.LineageCount, committed)
 	}
 	return Replayed{
 		SourceJobID:     row.SourceJobID,

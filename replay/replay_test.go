@@ -168,7 +168,7 @@ func TestSameKeyWithAnotherReasonIsAConflict(t *testing.T) {
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "R"})
 	e := wantCode(t, err, runledger.CodeReplayIdempotencyConflict)
-	if !errors.Is(err, runledger.ErrReplayIdempotencyConflict) || e.Category != runledger.CategoryConflict ||
+	if !errors.Is(err, runledger.CodeReplayIdempotencyConflict) || e.Category != runledger.CategoryConflict ||
 		e.Message != "Job replay request conflicts with the existing replay key." {
 		t.Fatalf("conflict error %+v", e)
 	}
@@ -287,8 +287,8 @@ func TestWorkflowManagedSourceCannotBeReplayed(t *testing.T) {
 	ownBySingleStepWorkflow(t, pool, sourceID)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	e := wantCode(t, err, runledger.CodeWorkflowRequeueNotSupported)
-	if !errors.Is(err, runledger.ErrWorkflowManaged) || e.Category != runledger.CategoryValidation ||
+	e := wantCode(t, err, runledger.CodeWorkflowManaged)
+	if !errors.Is(err, runledger.CodeWorkflowManaged) || e.Category != runledger.CategoryValidation ||
 		e.Message != "Workflow-managed jobs cannot be requeued directly." {
 		t.Fatalf("workflow error %+v", e)
 	}
@@ -312,7 +312,7 @@ func TestDisabledOrMissingDefinitionRefusesTheReplayAndWritesNothing(t *testing.
 	testdb.Exec(t, pool, `UPDATE job_definitions SET is_enabled = false WHERE job_type = 'email'`)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if !errors.Is(err, runledger.ErrDefinitionNotFoundOrDisabled) {
+	if !errors.Is(err, runledger.CodeDefinitionNotFoundOrDisabled) {
 		t.Fatalf("err %v, want definition not found or disabled", err)
 	}
 	wantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
@@ -518,10 +518,10 @@ func TestCallerTransactionMustBeReadCommitted(t *testing.T) {
 		}
 		// Validation comes first, then the isolation check.
 		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: " ", Reason: "r"})
-		wantCode(t, err, runledger.CodeReplayRequestKeyBlank)
+		wantCode(t, err, "job.replay_request_key_blank")
 		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-		e := wantCode(t, err, runledger.CodeCompareAndReplayUnsupportedIsolation)
-		if !errors.Is(err, runledger.ErrReplayUnsupportedIsolation) || e.Category != runledger.CategoryValidation ||
+		e := wantCode(t, err, runledger.CodeReplayUnsupportedIsolation)
+		if !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) || e.Category != runledger.CategoryValidation ||
 			!strings.Contains(e.Detail, strings.ToLower(string(level))) {
 			t.Fatalf("%s: %+v", level, e)
 		}

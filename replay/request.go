@@ -1,23 +1,37 @@
 package replay
 
 import (
-	"fmt"
-	"strings"
-	"unicode/utf8"
-
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
-// Limits on the request's text, in bytes of UTF-8.
-const (
-	// MaxKeyBytes is the longest accepted request key; exactly 512 bytes is
-	// valid. The job_replays CHECK enforces the same bound.
-	MaxKeyBytes = 512
-	// MaxReasonBytes is the longest accepted reason.
-	MaxReasonBytes = 4096
+// MaxReasonBytes is the longest accepted reason, in bytes of UTF-8. The
+// request key's limit is runledger.MaxKeyBytes.
+const MaxReasonBytes = 4096
+
+// The request-validation errors, all category Validation.
+var (
+	errKeyBlank = errs.Validation("job.replay_request_key_blank",
+		"Job replay request key must not be blank.")
+	errKeyInvalid = errs.Validation("job.replay_request_key_invalid",
+		"Job replay request key must be valid UTF-8 without NUL bytes.")
+	errKeyTooLong = errs.Validation("job.replay_request_key_too_long",
+		"Job replay request key is too long.")
+	errReasonBlank = errs.Validation("job.replay_reason_blank",
+		"Job replay reason must not be blank.")
+	errReasonInvalid = errs.Validation("job.replay_reason_invalid",
+		"Job replay reason must be valid UTF-8 without NUL bytes.")
+	errReasonTooLong = errs.Validation("job.replay_reason_too_long",
+		"Job replay reason is too long.")
 )
+
+// errReplayMissingExisting is the Internal error of a lineage row whose
+// replay job could not be loaded.
+var errReplayMissingExisting = errs.Internal("job.replay_idempotency_conflict_missing_existing",
+	"Job replay retry could not be resolved.")
 
 // Request asks to replay one succeeded job.
 type Request struct {
@@ -45,40 +59,26 @@ type Request struct {
 // database, in this order, returning the first failure as a Validation
 // error: key blank after trimming Unicode white space
 // (job.replay_request_key_blank), key holding a NUL byte or invalid UTF-8
-// (job.replay_request_key_invalid), key over MaxKeyBytes
+// (job.replay_request_key_invalid), key over runledger.MaxKeyBytes
 // (job.replay_request_key_too_long), then the same three for the reason
 // (job.replay_reason_blank, job.replay_reason_invalid,
 // job.replay_reason_too_long). Nothing is trimmed or changed.
 func (r Request) Validate() error {
-	switch {
-	case strings.TrimSpace(r.Key) == "":
-		return runledger.Validation(runledger.CodeReplayRequestKeyBlank,
-			"Job replay request key must not be blank.", "job replay request key was blank")
-	case !cleanText(r.Key):
-		return runledger.Validation(runledger.CodeReplayRequestKeyInvalid,
-			"Job replay request key must be valid UTF-8 without NUL bytes.",
-			"job replay request key held a NUL byte or invalid UTF-8")
-	case len(r.Key) > MaxKeyBytes:
-		return runledger.Validation(runledger.CodeReplayRequestKeyTooLong,
-			"Job replay request key is too long.",
-			fmt.Sprintf("job replay request key must be at most %d bytes, got %d", MaxKeyBytes, len(r.Key)))
-	case strings.TrimSpace(r.Reason) == "":
-		return runledger.Validation(runledger.CodeReplayReasonBlank,
-			"Job replay reason must not be blank.", "job replay reason was blank")
-	case !cleanText(r.Reason):
-		return runledger.Validation(runledger.CodeReplayReasonInvalid,
-			"Job replay reason must be valid UTF-8 without NUL bytes.",
-			"job replay reason held a NUL byte or invalid UTF-8")
-	case len(r.Reason) > MaxReasonBytes:
-		return runledger.Validation(runledger.CodeReplayReasonTooLong,
-			"Job replay reason is too long.",
-			fmt.Sprintf("job replay reason must be at most %d bytes, got %d", MaxReasonBytes, len(r.Reason)))
+	switch validate.Text(r.Key, runledger.MaxKeyBytes) {
+	case validate.Blank:
+		return errKeyBlank.New("job replay request key was blank")
+	case validate.Unclean:
+		return errKeyInvalid.New("job replay request key held a NUL byte or invalid UTF-8")
+	case validate.TooLong:
+		return errKeyTooLong.Newf("job replay request key must be at most %d bytes, got %d", runledger.MaxKeyBytes, len(r.Key))
+	}
+	switch validate.Text(r.Reason, MaxReasonBytes) {
+	case validate.Blank:
+		return errReasonBlank.New("job replay reason was blank")
+	case validate.Unclean:
+		return errReasonInvalid.New("job replay reason held a NUL byte or invalid UTF-8")
+	case validate.TooLong:
+		return errReasonTooLong.Newf("job replay reason must be at most %d bytes, got %d", MaxReasonBytes, len(r.Reason))
 	}
 	return nil
-}
-
-// cleanText reports whether s is valid UTF-8 without NUL, which PostgreSQL
-// text cannot store.
-func cleanText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

@@ -178,7 +178,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "other"}
 			},
-			check: func(_ replay.Outcome, err error) bool { return errors.Is(err, runledger.ErrReplayIdempotencyConflict) }},
+			check: func(_ replay.Outcome, err error) bool { return errors.Is(err, runledger.CodeReplayIdempotencyConflict) }},
 	}
 	for _, p := range paths {
 		req := p.req()
@@ -207,7 +207,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 	}
 	if n := trips(counter, func() {
 		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"})
-	}); n != 1 || !errors.Is(err, runledger.ErrReplayUnsupportedIsolation) {
+	}); n != 1 || !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) {
 		t.Errorf("refused isolation: %d round trips, err %v; want 1 and the refusal", n, err)
 	}
 	_ = tx.Rollback(ctx)

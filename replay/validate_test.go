@@ -17,19 +17,19 @@ import (
 var validationCases = []struct {
 	name        string
 	key, reason string
-	code        string
+	code        runledger.Code
 }{
-	{"blank key", " ", "r", runledger.CodeReplayRequestKeyBlank},
-	{"empty key", "", "r", runledger.CodeReplayRequestKeyBlank},
-	{"unicode-blank key", "\u00a0\u2003\t\n", "r", runledger.CodeReplayRequestKeyBlank},
-	{"key with NUL", "a\x00b", "r", runledger.CodeReplayRequestKeyInvalid},
-	{"key with invalid UTF-8", "a\xffb", "r", runledger.CodeReplayRequestKeyInvalid},
-	{"513-byte key", strings.Repeat("k", 513), "r", runledger.CodeReplayRequestKeyTooLong},
-	{"blank key wins over a bad reason", "\t", "", runledger.CodeReplayRequestKeyBlank},
-	{"tab reason", "k", "\t", runledger.CodeReplayReasonBlank},
-	{"reason with NUL", "k", "why\x00", runledger.CodeReplayReasonInvalid},
-	{"reason with invalid UTF-8", "k", "\xc3\x28", runledger.CodeReplayReasonInvalid},
-	{"4097-byte reason", "k", strings.Repeat("r", 4097), runledger.CodeReplayReasonTooLong},
+	{"blank key", " ", "r", "job.replay_request_key_blank"},
+	{"empty key", "", "r", "job.replay_request_key_blank"},
+	{"unicode-blank key", "\u00a0\u2003\t\n", "r", "job.replay_request_key_blank"},
+	{"key with NUL", "a\x00b", "r", "job.replay_request_key_invalid"},
+	{"key with invalid UTF-8", "a\xffb", "r", "job.replay_request_key_invalid"},
+	{"513-byte key", strings.Repeat("k", 513), "r", "job.replay_request_key_too_long"},
+	{"blank key wins over a bad reason", "\t", "", "job.replay_request_key_blank"},
+	{"tab reason", "k", "\t", "job.replay_reason_blank"},
+	{"reason with NUL", "k", "why\x00", "job.replay_reason_invalid"},
+	{"reason with invalid UTF-8", "k", "\xc3\x28", "job.replay_reason_invalid"},
+	{"4097-byte reason", "k", strings.Repeat("r", 4097), "job.replay_reason_too_long"},
 }
 
 func TestValidationCodes(t *testing.T) {
@@ -51,7 +51,7 @@ func TestValidationCodes(t *testing.T) {
 			t.Errorf("valid request refused: %v", err)
 		}
 	}
-	if err := (replay.Request{Key: strings.Repeat("é", 257), Reason: "r"}).Validate(); runledger.CodeOf(err) != runledger.CodeReplayRequestKeyTooLong {
+	if err := (replay.Request{Key: strings.Repeat("é", 257), Reason: "r"}).Validate(); runledger.CodeOf(err) != "job.replay_request_key_too_long" {
 		t.Errorf("514-byte key: %v", err)
 	}
 }
@@ -143,9 +143,9 @@ func TestOwnedPathOverridesARepeatableReadSessionDefault(t *testing.T) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "", Reason: "r"})
-	wantCode(t, err, runledger.CodeReplayRequestKeyBlank)
+	wantCode(t, err, "job.replay_request_key_blank")
 	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if !errors.Is(err, runledger.ErrReplayUnsupportedIsolation) {
+	if !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) {
 		t.Fatalf("caller transaction on a repeatable-read session: %v", err)
 	}
 }
@@ -164,7 +164,7 @@ func TestOwnedPathRollsBackOnErrorAndCommitsOutcomes(t *testing.T) {
 	// refuses (a CHECK this test adds) leaves no job behind.
 	testdb.Exec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_no_second CHECK (replay_request_key <> 'refused')`)
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
-	if e := wantCode(t, err, runledger.CodeBusinessRuleViolation); e.Constraint != "test_no_second" || e.SQLState != "23514" {
+	if e := wantCode(t, err, "db.business_rule_violation"); e.Constraint != "test_no_second" || e.SQLState != "23514" {
 		t.Fatalf("%+v", e)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 2 {

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
 )
 
 // commands is the registry of runledger commands, in the order `runledger
@@ -142,5 +142,5 @@ func equalWords(a, b []string) bool {
 // usageErrorf returns a usage error (exit 2): an unknown command or flag,
 // a missing flag or argument, an unexpected argument.
 func usageErrorf(format string, args ...any) error {
-	return runledger.Validation(codeUsage, fmt.Sprintf(format, args...), "")
+	return errs.Validation(codeUsage, fmt.Sprintf(format, args...)).New("")
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 )
 
 // connectTimeout bounds each connection attempt unless the URL sets
@@ -52,8 +53,8 @@ func (inv *invocation) URL() (string, error) {
 	if u := strings.TrimSpace(inv.getenv("DATABASE_URL")); u != "" {
 		return u, nil
 	}
-	return "", runledger.Validation(codeDatabaseURLMissing,
-		"no database: set DATABASE_URL or pass --database-url postgres://user:pass@host:5432/db", "")
+	return "", errs.Validation(codeDatabaseURLMissing,
+		"no database: set DATABASE_URL or pass --database-url postgres://user:pass@host:5432/db").New("")
 }
 
 // hasURL reports whether a database is configured.
@@ -114,7 +115,7 @@ func parseURL(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx redacts the password from its parse errors.
-		return nil, runledger.Validation(codeDatabaseURLInvalid, "invalid database URL: "+err.Error(), "")
+		return nil, errs.Validation(codeDatabaseURLInvalid, "invalid database URL: "+err.Error()).New("")
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout

@@ -496,7 +496,7 @@ func (d *demo) replayConflict() error {
 	req, cmd := d.replayRequest(d.tenantA, d.source.RunNumber, "a different reason")
 	return d.step("replay_conflict", "Reuse the key with another reason (conflict)", cmd, func(w io.Writer) error {
 		_, err := replay.SucceededJob(d.ctx, d.pool, req)
-		if !errors.Is(err, runledger.ErrReplayIdempotencyConflict) {
+		if !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
 			if err != nil {
 				return err
 			}

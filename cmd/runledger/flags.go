@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
 )
 
 // Error codes of the command line itself, all category validation (exit
@@ -20,7 +21,7 @@ import (
 const (
 	// codeUsage: an unknown command, subcommand or flag, a missing
 	// required flag or argument, or an unexpected argument.
-	codeUsage = "cli.usage"
+	codeUsage runledger.Code = "cli.usage"
 	// codeInvalidArgument: a flag or argument value that does not parse
 	// (a UUID, an integer, JSON, a duration, a boolean).
 	codeInvalidArgument = "cli.invalid_argument"
@@ -247,7 +248,7 @@ func flagError(cmd string, err error) error {
 			msg = strings.Replace(msg, " for -", " for --", 1)
 		}
 	}
-	return runledger.Validation(code, cmd+": "+msg, "")
+	return errs.Validation(code, cmd+": "+msg).New("")
 }
 
 // dashes spells a flag as --name whatever the user typed.
@@ -255,7 +256,7 @@ func dashes(s string) string { return "--" + strings.TrimLeft(s, "-") }
 
 // invalidArgf returns a cli.invalid_argument error (exit 2).
 func invalidArgf(format string, args ...any) error {
-	return runledger.Validation(codeInvalidArgument, fmt.Sprintf(format, args...), "")
+	return errs.Validation(codeInvalidArgument, fmt.Sprintf(format, args...)).New("")
 }
 
 // wantsJSON reports whether args ask for --json, looking at every argument

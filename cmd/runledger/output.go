@@ -54,7 +54,7 @@ type errorBody struct {
 // is reported as internal.
 func describe(err error) (code string, category runledger.Category, message, detail string) {
 	if e := asError(err); e != nil {
-		return e.Code, e.Category, e.Message, e.Detail
+		return string(e.Code), e.Category, e.Message, e.Detail
 	}
 	return "cli.internal", runledger.CategoryInternal, err.Error(), ""
 }

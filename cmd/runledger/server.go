@@ -16,7 +16,7 @@ import (
 )
 
 // codeNoServer: no database configured and no way to start one.
-const codeNoServer = "cli.no_database_server"
+const codeNoServer runledger.Code = "cli.no_database_server"
 
 // scratchDatabase is the database a self-contained command (demo, and
 // anything else that must run on a fresh machine) works on: the configured

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
 )
 
 func TestExitCodeMapping(t *testing.T) {
@@ -15,17 +16,17 @@ func TestExitCodeMapping(t *testing.T) {
 		err  error
 		want int
 	}{
-		{runledger.Validation("x.y", "m", ""), exitUsage},
-		{runledger.New(runledger.ErrJobNotFound, "d"), exitNotFound},
-		{runledger.New(runledger.ErrDefinitionMissing, "d"), exitNotFound},
-		{runledger.New(runledger.ErrReplayIdempotencyConflict, "d"), exitConflict},
-		{runledger.New(runledger.ErrIdempotencyConflict, "d"), exitConflict},
-		{runledger.New(runledger.ErrLeaseMismatch, "d"), exitMismatch},
-		{fmt.Errorf("wrapped: %w", runledger.New(runledger.ErrLeaseMismatch, "d")), exitMismatch},
-		{runledger.New(runledger.ErrTransient, "d"), exitError},
-		{runledger.New(runledger.ErrCommitUnconfirmed, "d"), exitError},
-		{runledger.New(runledger.ErrReplaySourceUnstable, "d"), exitError},
-		{&runledger.Error{Code: runledger.CodePermissionDenied, Category: runledger.CategoryForbidden}, exitError},
+		{errs.Validation("x.y", "m").New(""), exitUsage},
+		{errs.JobNotFound.New("d"), exitNotFound},
+		{errs.DefinitionMissing.New("d"), exitNotFound},
+		{errs.ReplayIdempotencyConflict.New("d"), exitConflict},
+		{errs.IdempotencyConflict.New("d"), exitConflict},
+		{errs.LeaseMismatch.New("d"), exitMismatch},
+		{fmt.Errorf("wrapped: %w", errs.LeaseMismatch.New("d")), exitMismatch},
+		{errs.Transient.New("d"), exitError},
+		{errs.CommitUnconfirmed.New("d"), exitError},
+		{errs.ReplaySourceUnstable.New("d"), exitError},
+		{&runledger.Error{Code: "db.permission_denied", Category: runledger.CategoryForbidden}, exitError},
 		{errors.New("not a runledger error"), exitError},
 	}
 	for _, tc := range cases {

@@ -15,39 +15,70 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
+)
+
+// Codes of database failures that callers rarely branch on; the category
+// says what to do. They are stable like every code.
+const (
+	codeDefinitionNotFound        runledger.Code = "job.definition_not_found"
+	codeRelatedResourceMissing    runledger.Code = "db.related_resource_missing"
+	codeRelatedResourceReferenced runledger.Code = "db.related_resource_still_referenced"
+	codeBusinessRuleViolation     runledger.Code = "db.business_rule_violation"
+	codeRequiredFieldMissing      runledger.Code = "db.required_field_missing"
+	codePermissionDenied          runledger.Code = "db.permission_denied"
 )
 
 // constraintErrors classify violations of known constraints before the
 // generic SQLSTATE rules. None of job_replays' constraints are listed: the
 // protocol makes them unreachable, so a violation is reported generically.
-var constraintErrors = map[string]struct {
-	code     string
-	category runledger.Category
-	message  string
-}{
-	"uq_job_queue_type_idempotency_org":    {runledger.CodeAlreadyEnqueued, runledger.CategoryConflict, "Job is already enqueued."},
-	"uq_job_queue_type_idempotency_global": {runledger.CodeAlreadyEnqueued, runledger.CategoryConflict, "Job is already enqueued."},
-	"fk_job_queue_job_type":                {runledger.CodeDefinitionNotFound, runledger.CategoryValidation, "Job type is not defined."},
-	"fk_job_queue_organization":            {runledger.CodeOrganizationNotFound, runledger.CategoryValidation, "Organization does not exist."},
+var constraintErrors = map[string]errs.Kind{
+	"uq_job_queue_type_idempotency_org":    alreadyEnqueued,
+	"uq_job_queue_type_idempotency_global": alreadyEnqueued,
+	"fk_job_queue_job_type":                errs.Validation(codeDefinitionNotFound, "Job type is not defined."),
+	"fk_job_queue_organization":            errs.Validation(runledger.CodeOrganizationNotFound, "Organization does not exist."),
 }
 
-// Transient SQLSTATEs: the same request may succeed when retried.
+var alreadyEnqueued = errs.Kind{Code: runledger.CodeAlreadyEnqueued, Category: runledger.CategoryConflict,
+	Message: "Job is already enqueued."}
+
+// sqlstateErrors classify integrity and privilege failures by SQLSTATE.
+var sqlstateErrors = map[string]errs.Kind{
+	"23505": {Code: runledger.CodeUniqueViolation, Category: runledger.CategoryConflict, Message: "Resource already exists."},
+	"23503": errs.Validation(codeRelatedResourceMissing, "Related resource does not exist."),
+	"23001": errs.Validation(codeRelatedResourceReferenced, "Related resource is still referenced."),
+	"23514": errs.Validation(codeBusinessRuleViolation, "Request violates a business rule."),
+	"23502": errs.Validation(codeRequiredFieldMissing, "Required field is missing."),
+	"42501": {Code: codePermissionDenied, Category: runledger.CategoryForbidden, Message: "Permission denied."},
+}
+
+// Transient SQLSTATEs: the same request may succeed when retried. The
+// whole class 08 (connection exception) is transient as well.
 var transientStates = map[string]bool{
 	"40001": true, // serialization_failure
 	"40P01": true, // deadlock_detected
 	"55P03": true, // lock_not_available (lock_timeout, NOWAIT)
-	"57014": true, // query_canceled (statement_timeout)
+	"57014": true, // query_canceled (statement_timeout, cancel request)
 	"57P01": true, // admin_shutdown
 	"57P02": true, // crash_shutdown
 	"57P03": true, // cannot_connect_now
+	"57P05": true, // idle_session_timeout (FATAL, the session ended)
+	"25P03": true, // idle_in_transaction_session_timeout (FATAL)
 	"53300": true, // too_many_connections
 }
 
 // Translate returns err as a *runledger.Error whose Detail is
 // "<op>: <cause>". nil stays nil and an *runledger.Error passes through
-// unchanged. When ctx is done, or err is a context error, the result is
-// transient and wraps the context's error, so errors.Is(result,
-// context.Canceled) holds.
+// unchanged.
+//
+// An answer from the server (a *pgconn.PgError) is classified by its
+// SQLSTATE and constraint, even when ctx has expired since it arrived. A
+// failure that is not a server answer while ctx is done, a context error,
+// and a query_canceled (57014) while ctx is done (pgx cancels the
+// statement when the context ends, for example during a lock wait) are
+// transient and wrap the context's error, so errors.Is(result,
+// context.Canceled) holds. A lost or refused connection is transient;
+// anything else is db.query_failed.
 func Translate(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -56,27 +87,32 @@ func Translate(ctx context.Context, op string, err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
-	if ctxErr := contextError(ctx, err); ctxErr != nil {
-		return &runledger.Error{
-			Code: runledger.CodeTransient, Category: runledger.CategoryTransient,
-			Message: "Database operation was interrupted; retry.",
-			Detail:  fmt.Sprintf("%s: %v", op, err),
-			Err:     joinCause(ctxErr, err),
+	detail := fmt.Sprintf("%s: %v", op, err)
+	var pgErr *pgconn.PgError
+	isPg := errors.As(err, &pgErr)
+	if !isPg || pgErr.Code == "57014" {
+		if ctxErr := contextError(ctx, err); ctxErr != nil {
+			cause := joinCause(ctxErr, err)
+			out := errs.Interrupted.Newf("%s: %v", op, cause)
+			out.Err = cause
+			if isPg {
+				out.SQLState = pgErr.Code
+			}
+			return out
 		}
 	}
-	out := &runledger.Error{Detail: fmt.Sprintf("%s: %v", op, err), Err: err}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	var out *runledger.Error
+	switch {
+	case isPg:
+		out = classifyPg(pgErr).New(detail)
 		out.SQLState = pgErr.Code
 		out.Constraint = pgErr.ConstraintName
-		classifyPg(out, pgErr)
-		return out
+	case isConnectionFailure(err):
+		out = errs.Transient.New(detail)
+	default:
+		out = errs.QueryFailed.New(detail)
 	}
-	if isConnectionFailure(err) {
-		setTransient(out)
-		return out
-	}
-	out.Code, out.Category, out.Message = runledger.CodeQueryFailed, runledger.CategoryInternal, "Database operation failed."
+	out.Err = err
 	return out
 }
 
@@ -84,7 +120,7 @@ func Translate(ctx context.Context, op string, err error) error {
 // have committed. It matches runledger.ErrCommitUnconfirmed and keeps the
 // cause (and its SQLSTATE) for logs.
 func CommitUnconfirmed(op string, err error) error {
-	out := runledger.New(runledger.ErrCommitUnconfirmed, fmt.Sprintf("%s: %v", op, err))
+	out := errs.CommitUnconfirmed.New(fmt.Sprintf("%s: %v", op, err))
 	out.Err = err
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -94,35 +130,19 @@ func CommitUnconfirmed(op string, err error) error {
 	return out
 }
 
-func classifyPg(out *runledger.Error, pgErr *pgconn.PgError) {
-	if c, ok := constraintErrors[pgErr.ConstraintName]; ok && strings.HasPrefix(pgErr.Code, "23") {
-		out.Code, out.Category, out.Message = c.code, c.category, c.message
-		return
+// classifyPg returns the kind of a server error: a known constraint's
+// first, then transient states, then the SQLSTATE table.
+func classifyPg(pgErr *pgconn.PgError) errs.Kind {
+	if k, ok := constraintErrors[pgErr.ConstraintName]; ok && strings.HasPrefix(pgErr.Code, "23") {
+		return k
 	}
 	if transientStates[pgErr.Code] || strings.HasPrefix(pgErr.Code, "08") {
-		setTransient(out)
-		return
+		return errs.Transient
 	}
-	switch pgErr.Code {
-	case "23505":
-		out.Code, out.Category, out.Message = runledger.CodeUniqueViolation, runledger.CategoryConflict, "Resource already exists."
-	case "23503":
-		out.Code, out.Category, out.Message = runledger.CodeRelatedResourceMissing, runledger.CategoryValidation, "Related resource does not exist."
-	case "23001":
-		out.Code, out.Category, out.Message = runledger.CodeRelatedResourceReferenced, runledger.CategoryValidation, "Related resource is still referenced."
-	case "23514":
-		out.Code, out.Category, out.Message = runledger.CodeBusinessRuleViolation, runledger.CategoryValidation, "Request violates a business rule."
-	case "23502":
-		out.Code, out.Category, out.Message = runledger.CodeRequiredFieldMissing, runledger.CategoryValidation, "Required field is missing."
-	case "42501":
-		out.Code, out.Category, out.Message = runledger.CodePermissionDenied, runledger.CategoryForbidden, "Permission denied."
-	default:
-		out.Code, out.Category, out.Message = runledger.CodeQueryFailed, runledger.CategoryInternal, "Database operation failed."
+	if k, ok := sqlstateErrors[pgErr.Code]; ok {
+		return k
 	}
-}
-
-func setTransient(out *runledger.Error) {
-	out.Code, out.Category, out.Message = runledger.ErrTransient.Code, runledger.ErrTransient.Category, runledger.ErrTransient.Message
+	return errs.QueryFailed
 }
 
 // contextError returns the context error behind err, if the operation ended

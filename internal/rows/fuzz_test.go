@@ -29,10 +29,17 @@ var (
 		"RETRY_SCHEDULED", "SUCCEEDED", "FAILED", "DEAD_LETTERED", "CANCELED", "REQUEUED"}
 )
 
-var invalidMessages = map[string]string{
-	runledger.CodeInvalidStatus:    "Job status in persisted row is invalid.",
-	runledger.CodeInvalidStage:     "Job stage in persisted row is invalid.",
-	runledger.CodeInvalidEventType: "Job event type in persisted row is invalid.",
+// The codes of undecodable persisted values.
+const (
+	codeInvalidStatus    runledger.Code = "job.invalid_status"
+	codeInvalidStage     runledger.Code = "job.invalid_stage"
+	codeInvalidEventType runledger.Code = "job.invalid_event_type"
+)
+
+var invalidMessages = map[runledger.Code]string{
+	codeInvalidStatus:    "Job status in persisted row is invalid.",
+	codeInvalidStage:     "Job stage in persisted row is invalid.",
+	codeInvalidEventType: "Job event type in persisted row is invalid.",
 }
 
 func member(set []string, s string) bool {
@@ -48,7 +55,7 @@ func member(set []string, s string) bool {
 // member decodes to itself with no error; anything else is the Internal
 // error with the enum's code, a fixed client message and a detail quoting
 // the value.
-func checkDecode(t *testing.T, what string, set []string, code, input, got string, err error) {
+func checkDecode(t *testing.T, what string, set []string, code runledger.Code, input, got string, err error) {
 	t.Helper()
 	if member(set, input) {
 		if err != nil || got != input {
@@ -62,7 +69,7 @@ func checkDecode(t *testing.T, what string, set []string, code, input, got strin
 	checkInvalid(t, what, code, input, err)
 }
 
-func checkInvalid(t *testing.T, what, code, input string, err error) {
+func checkInvalid(t *testing.T, what string, code runledger.Code, input string, err error) {
 	t.Helper()
 	var e *runledger.Error
 	if !errors.As(err, &e) {
@@ -94,16 +101,16 @@ func FuzzParseEnums(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		st, err := runledger.ParseJobStatus(s)
-		checkDecode(t, "status", validStatuses, runledger.CodeInvalidStatus, s, string(st), err)
+		st, err := rows.ParseStatus(s)
+		checkDecode(t, "status", validStatuses, codeInvalidStatus, s, string(st), err)
 		st2, err2 := rows.Status(db.JobStatus(s))
 		if st2 != st || runledger.CodeOf(err2) != runledger.CodeOf(err) {
-			t.Fatalf("rows.Status(%q) = %q, %v; ParseJobStatus = %q, %v", s, st2, err2, st, err)
+			t.Fatalf("rows.Status(%q) = %q, %v; ParseStatus = %q, %v", s, st2, err2, st, err)
 		}
-		sg, err := runledger.ParseJobStage(s)
-		checkDecode(t, "stage", validStages, runledger.CodeInvalidStage, s, string(sg), err)
-		ev, err := runledger.ParseJobEventType(s)
-		checkDecode(t, "event type", validEvents, runledger.CodeInvalidEventType, s, string(ev), err)
+		sg, err := rows.ParseStage(s)
+		checkDecode(t, "stage", validStages, codeInvalidStage, s, string(sg), err)
+		ev, err := rows.ParseEventType(s)
+		checkDecode(t, "event type", validEvents, codeInvalidEventType, s, string(ev), err)
 	})
 }
 
@@ -219,10 +226,10 @@ func FuzzJob(f *testing.F) {
 		out, err := rows.Job(in)
 		switch {
 		case !member(validStatuses, status):
-			checkInvalid(t, "job status", runledger.CodeInvalidStatus, status, err)
+			checkInvalid(t, "job status", codeInvalidStatus, status, err)
 			return
 		case !member(validStages, stage):
-			checkInvalid(t, "job stage", runledger.CodeInvalidStage, stage, err)
+			checkInvalid(t, "job stage", codeInvalidStage, stage, err)
 			return
 		case err != nil:
 			t.Fatalf("valid row (status %q, stage %q) refused: %v", status, stage, err)
@@ -261,7 +268,7 @@ func FuzzJob(f *testing.F) {
 		if js, err := rows.Jobs([]db.JobQueue{in, in}); err != nil || len(js) != 2 || js[1].ID != out.ID {
 			t.Fatalf("Jobs of two valid rows: %v, %v", js, err)
 		}
-		if js, err := rows.Jobs([]db.JobQueue{in, bad}); js != nil || runledger.CodeOf(err) != runledger.CodeInvalidStatus {
+		if js, err := rows.Jobs([]db.JobQueue{in, bad}); js != nil || runledger.CodeOf(err) != codeInvalidStatus {
 			t.Fatalf("Jobs with a bad second row: %v, %v", js, err)
 		}
 	})
@@ -299,10 +306,10 @@ func FuzzEvent(f *testing.F) {
 		out, err := rows.Event(in)
 		switch {
 		case !member(validEvents, eventType):
-			checkInvalid(t, "event type", runledger.CodeInvalidEventType, eventType, err)
+			checkInvalid(t, "event type", codeInvalidEventType, eventType, err)
 			return
 		case hasStage && !member(validStages, stage):
-			checkInvalid(t, "event stage", runledger.CodeInvalidStage, stage, err)
+			checkInvalid(t, "event stage", codeInvalidStage, stage, err)
 			return
 		case err != nil:
 			t.Fatalf("valid event (%q, stage %v) refused: %v", eventType, st, err)

@@ -6,12 +6,55 @@ package rows
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/errs"
 )
+
+// Kinds of a persisted value this code cannot decode (Internal): the
+// database and this code disagree.
+var (
+	invalidStatus    = errs.Internal("job.invalid_status", "Job status in persisted row is invalid.")
+	invalidStage     = errs.Internal("job.invalid_stage", "Job stage in persisted row is invalid.")
+	invalidEventType = errs.Internal("job.invalid_event_type", "Job event type in persisted row is invalid.")
+)
+
+// ParseStatus returns the status spelled s, or the Internal error
+// job.invalid_status when s is not one.
+func ParseStatus(s string) (runledger.JobStatus, error) {
+	switch st := runledger.JobStatus(s); st {
+	case runledger.JobStatusPending, runledger.JobStatusLeased, runledger.JobStatusSucceeded,
+		runledger.JobStatusDeadLettered, runledger.JobStatusCanceled:
+		return st, nil
+	}
+	return "", invalidStatus.Newf("decode job status: unknown value %q", s)
+}
+
+// ParseStage returns the stage spelled s, or the Internal error
+// job.invalid_stage when s is not one.
+func ParseStage(s string) (runledger.JobStage, error) {
+	switch st := runledger.JobStage(s); st {
+	case runledger.JobStageQueued, runledger.JobStageScheduled, runledger.JobStageRunning,
+		runledger.JobStageCompleted:
+		return st, nil
+	}
+	return "", invalidStage.Newf("decode job stage: unknown value %q", s)
+}
+
+// ParseEventType returns the event type spelled s, or the Internal error
+// job.invalid_event_type when s is not one.
+func ParseEventType(s string) (runledger.JobEventType, error) {
+	switch t := runledger.JobEventType(s); t {
+	case runledger.JobEventEnqueued, runledger.JobEventLeased, runledger.JobEventHeartbeat,
+		runledger.JobEventStageChanged, runledger.JobEventProgress, runledger.JobEventRetryScheduled,
+		runledger.JobEventSucceeded, runledger.JobEventFailed, runledger.JobEventDeadLettered,
+		runledger.JobEventCanceled, runledger.JobEventRequeued:
+		return t, nil
+	}
+	return "", invalidEventType.Newf("decode job event type: unknown value %q", s)
+}
 
 // Job converts a job_queue row. Times become UTC.
 func Job(r db.JobQueue) (runledger.Job, error) {
@@ -56,7 +99,7 @@ func Job(r db.JobQueue) (runledger.Job, error) {
 func JobJSON(raw []byte) (runledger.Job, error) {
 	var j runledger.Job
 	if err := json.Unmarshal(raw, &j); err != nil {
-		return runledger.Job{}, runledger.InvariantViolated(fmt.Sprintf("decode job row: %v", err))
+		return runledger.Job{}, errs.Invariantf("decode job row: %v", err)
 	}
 	j.Payload, j.Checkpoint, j.Output = nullJSON(j.Payload), nullJSON(j.Checkpoint), nullJSON(j.Output)
 	return checked(j)
@@ -66,10 +109,10 @@ func JobJSON(raw []byte) (runledger.Job, error) {
 // UTC: the one place every job row passes through.
 func checked(j runledger.Job) (runledger.Job, error) {
 	var err error
-	if j.Status, err = runledger.ParseJobStatus(string(j.Status)); err != nil {
+	if j.Status, err = ParseStatus(string(j.Status)); err != nil {
 		return runledger.Job{}, err
 	}
-	if j.Stage, err = runledger.ParseJobStage(string(j.Stage)); err != nil {
+	if j.Stage, err = ParseStage(string(j.Stage)); err != nil {
 		return runledger.Job{}, err
 	}
 	j.NextRunAt = j.NextRunAt.UTC()
@@ -97,13 +140,13 @@ func Jobs(rs []db.JobQueue) ([]runledger.Job, error) {
 
 // Event converts a job_events row.
 func Event(r db.JobEvent) (runledger.JobEvent, error) {
-	typ, err := runledger.ParseJobEventType(string(r.EventType))
+	typ, err := ParseEventType(string(r.EventType))
 	if err != nil {
 		return runledger.JobEvent{}, err
 	}
 	var stage *runledger.JobStage
 	if r.Stage != nil {
-		s, err := runledger.ParseJobStage(*r.Stage)
+		s, err := ParseStage(*r.Stage)
 		if err != nil {
 			return runledger.JobEvent{}, err
 		}
@@ -125,7 +168,7 @@ func Event(r db.JobEvent) (runledger.JobEvent, error) {
 
 // Status converts a job_status enum value.
 func Status(s db.JobStatus) (runledger.JobStatus, error) {
-	return runledger.ParseJobStatus(string(s))
+	return ParseStatus(string(s))
 }
 
 func rawJSON(b []byte) json.RawMessage {

@@ -6,15 +6,14 @@ package txn
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
 )
 
@@ -108,7 +107,7 @@ func IsReadCommitted(level string) bool {
 // RequireReadCommitted reads the isolation of the caller's transaction and
 // returns a copy of refusal, with the level in its detail, unless it
 // behaves as READ COMMITTED.
-func RequireReadCommitted(ctx context.Context, tx pgx.Tx, what string, refusal *runledger.Error) error {
+func RequireReadCommitted(ctx context.Context, tx pgx.Tx, what string, refusal errs.Kind) error {
 	level, err := db.New().TransactionGetIsolation(ctx, tx)
 	if err != nil {
 		return dberr.Translate(ctx, "inspect transaction isolation", err)
@@ -118,9 +117,9 @@ func RequireReadCommitted(ctx context.Context, tx pgx.Tx, what string, refusal *
 
 // CheckIsolation returns nil when level behaves as READ COMMITTED, and
 // otherwise a copy of refusal whose detail names what and the level.
-func CheckIsolation(level, what string, refusal *runledger.Error) error {
+func CheckIsolation(level, what string, refusal errs.Kind) error {
 	if IsReadCommitted(level) {
 		return nil
 	}
-	return runledger.New(refusal, fmt.Sprintf("%s requires READ COMMITTED isolation; got %s", what, level))
+	return refusal.Newf("%s requires READ COMMITTED isolation; got %s", what, level)
 }

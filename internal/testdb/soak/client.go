@@ -320,7 +320,7 @@ func (c *client) complete(j runledger.Job) {
 		_, err = jobs.Complete(ctx, c.pool, req)
 		return err
 	})
-	if err != nil && failed > 0 && errors.Is(err, runledger.ErrLeaseMismatch) {
+	if err != nil && failed > 0 && errors.Is(err, runledger.CodeLeaseMismatch) {
 		// An earlier attempt may have completed the job before its
 		// reply was lost: read it back.
 		var got runledger.Job
@@ -352,7 +352,7 @@ func (c *client) fail(j runledger.Job, terminal bool) {
 		return err
 	})
 	dead := err == nil && got.Status == runledger.JobStatusDeadLettered
-	if err != nil && failed > 0 && errors.Is(err, runledger.ErrLeaseMismatch) {
+	if err != nil && failed > 0 && errors.Is(err, runledger.CodeLeaseMismatch) {
 		// An earlier attempt may have landed: look for its event.
 		var events []runledger.JobEvent
 		_, rerr := c.do(opGet, func(ctx context.Context) (err error) {

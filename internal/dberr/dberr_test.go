@@ -1,0 +1,225 @@
+package dberr_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// TestClassifyStates checks the SQLSTATE table: every transient state and
+// the whole 08 class are transient; the integrity states keep their codes.
+func TestClassifyStates(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		state    string
+		code     runledger.Code
+		category runledger.Category
+	}{
+		{"40001", runledger.CodeTransient, runledger.CategoryTransient},
+		{"40P01", runledger.CodeTransient, runledger.CategoryTransient},
+		{"55P03", runledger.CodeTransient, runledger.CategoryTransient},
+		{"57014", runledger.CodeTransient, runledger.CategoryTransient},
+		{"53300", runledger.CodeTransient, runledger.CategoryTransient},
+		{"25P03", runledger.CodeTransient, runledger.CategoryTransient},
+		{"57P01", runledger.CodeTransient, runledger.CategoryTransient},
+		{"57P02", runledger.CodeTransient, runledger.CategoryTransient},
+		{"57P03", runledger.CodeTransient, runledger.CategoryTransient},
+		{"57P05", runledger.CodeTransient, runledger.CategoryTransient},
+		{"08000", runledger.CodeTransient, runledger.CategoryTransient},
+		{"08006", runledger.CodeTransient, runledger.CategoryTransient},
+		{"08P01", runledger.CodeTransient, runledger.CategoryTransient},
+		{"23505", runledger.CodeUniqueViolation, runledger.CategoryConflict},
+		{"23503", "db.related_resource_missing", runledger.CategoryValidation},
+		{"42501", "db.permission_denied", runledger.CategoryForbidden},
+		{"57P04", runledger.CodeQueryFailed, runledger.CategoryInternal},
+		{"22012", runledger.CodeQueryFailed, runledger.CategoryInternal},
+	}
+	for _, c := range cases {
+		err := dberr.Translate(context.Background(), "op", &pgconn.PgError{Code: c.state})
+		var e *runledger.Error
+		if !errors.As(err, &e) || e.Code != c.code || e.Category != c.category || e.SQLState != c.state {
+			t.Errorf("SQLSTATE %s: %+v, want %s/%s", c.state, e, c.code, c.category)
+		}
+	}
+}
+
+// conn opens one connection of its own to a fresh database.
+func conn(t *testing.T) (*pgx.Conn, *pgxpool.Pool) {
+	t.Helper()
+	url := testdb.NewURL(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return c, pool
+}
+
+// waitGone polls pg_stat_activity until the backend pid has exited.
+func waitGone(t *testing.T, pool *pgxpool.Pool, pid uint32) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d still alive", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// wantTransient checks that the translation of err is db.transient with
+// the SQLSTATE the server sent, not wrapping a context error.
+func wantTransient(t *testing.T, err error, state string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("statement on an ended session succeeded")
+	}
+	out := dberr.Translate(context.Background(), "run statement", err)
+	var e *runledger.Error
+	if !errors.As(out, &e) || e.Code != runledger.CodeTransient || !runledger.IsTransient(out) {
+		t.Fatalf("translated %v to %v, want db.transient", err, out)
+	}
+	if e.SQLState != state {
+		t.Fatalf("SQLState %q (cause %v), want %s", e.SQLState, err, state)
+	}
+	if errors.Is(out, context.Canceled) || errors.Is(out, context.DeadlineExceeded) {
+		t.Fatalf("%v wraps a context error", out)
+	}
+}
+
+// TestIdleInTransactionTimeoutIsTransient: the server ends a session idle
+// in a transaction with FATAL 25P03; the next statement reports it.
+func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
+	t.Parallel()
+	c, pool := conn(t)
+	ctx := context.Background()
+	if _, err := c.Exec(ctx, "SET idle_in_transaction_session_timeout = '20ms'"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pool, c.PgConn().PID())
+	_, err = tx.Exec(ctx, "SELECT 1")
+	wantTransient(t, err, "25P03")
+}
+
+// TestIdleSessionTimeoutIsTransient: the server ends an idle session with
+// FATAL 57P05 (PostgreSQL 14 and later).
+func TestIdleSessionTimeoutIsTransient(t *testing.T) {
+	t.Parallel()
+	c, pool := conn(t)
+	ctx := context.Background()
+	var version int
+	if err := c.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 140000 {
+		t.Skipf("idle_session_timeout needs PostgreSQL 14, server is %d", version)
+	}
+	if _, err := c.Exec(ctx, "SET idle_session_timeout = '20ms'"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pool, c.PgConn().PID())
+	_, err := c.Exec(ctx, "SELECT 1")
+	wantTransient(t, err, "57P05")
+}
+
+// TestTerminatedBackendIsTransient: pg_terminate_backend ends a session
+// with FATAL 57P01 (admin_shutdown).
+func TestTerminatedBackendIsTransient(t *testing.T) {
+	t.Parallel()
+	c, pool := conn(t)
+	ctx := context.Background()
+	pid := c.PgConn().PID()
+	var ok bool
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminate backend: %v, %v", ok, err)
+	}
+	waitGone(t, pool, pid)
+	_, err := c.Exec(ctx, "SELECT 1")
+	wantTransient(t, err, "57P01")
+}
+
+// TestServerErrorKeepsClassAfterContextEnds: an error the server returned
+// keeps its own class when the context is done by the time it is
+// translated; only a failure that is not a server answer becomes the
+// interrupted transient error.
+func TestServerErrorKeepsClassAfterContextEnds(t *testing.T) {
+	t.Parallel()
+	c, _ := conn(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, divErr := c.Exec(ctx, "SELECT 1/0")
+	_, uniqueErr := c.Exec(ctx,
+		"DO $$ BEGIN RAISE unique_violation USING MESSAGE = 'duplicate'; END $$")
+	cancel()
+	for _, tc := range []struct {
+		err      error
+		code     runledger.Code
+		category runledger.Category
+	}{
+		{divErr, runledger.CodeQueryFailed, runledger.CategoryInternal},
+		{uniqueErr, runledger.CodeUniqueViolation, runledger.CategoryConflict},
+	} {
+		var pgErr *pgconn.PgError
+		if !errors.As(tc.err, &pgErr) {
+			t.Fatalf("statement error %v is not a server error", tc.err)
+		}
+		out := dberr.Translate(ctx, "run statement", tc.err)
+		if runledger.CodeOf(out) != tc.code || runledger.CategoryOf(out) != tc.category {
+			t.Errorf("after cancel, %v translated to %v, want %s/%s", tc.err, out, tc.code, tc.category)
+		}
+		if errors.Is(out, context.Canceled) {
+			t.Errorf("%v wraps context.Canceled", out)
+		}
+	}
+
+	// A failure that is not a server answer, with the context done, is
+	// the interrupted transient error wrapping ctx.Err().
+	out := dberr.Translate(ctx, "run statement", fmt.Errorf("read result: %w", errors.New("boom")))
+	if !runledger.IsTransient(out) || !errors.Is(out, context.Canceled) {
+		t.Fatalf("non-server failure after cancel translated to %v, want transient wrapping context.Canceled", out)
+	}
+}
+
+// TestCanceledStatementWrapsContext: a statement the context's cancel
+// interrupts (pgx sends a cancel request, the server answers 57014) is
+// transient and wraps ctx.Err().
+func TestCanceledStatementWrapsContext(t *testing.T) {
+	t.Parallel()
+	c, _ := conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Exec(ctx, "SELECT pg_sleep(30)")
+	out := dberr.Translate(ctx, "sleep", err)
+	if !runledger.IsTransient(out) || !errors.Is(out, context.DeadlineExceeded) {
+		t.Fatalf("canceled statement (%v) translated to %v, want transient wrapping context.DeadlineExceeded", err, out)
+	}
+}

@@ -1,0 +1,57 @@
+// Package validate holds the text rules every request shares: what makes a
+// string blank, what PostgreSQL text cannot store, and the key limit. Each
+// package maps a Fault to its own stable code; the rules live only here.
+package validate
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
+)
+
+// Fault says why a text was refused; OK when it was not.
+type Fault int
+
+// The faults, in the order Text checks them.
+const (
+	OK      Fault = iota
+	Blank         // empty after strings.TrimSpace
+	Unclean       // holds a NUL byte or invalid UTF-8
+	TooLong       // over the byte limit
+)
+
+// Text checks s: blank after trimming Unicode white space, then NUL or
+// invalid UTF-8 (which PostgreSQL text cannot store), then longer than max
+// bytes (no limit when max is 0). It returns the first fault.
+func Text(s string, max int) Fault {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return Blank
+	case !Clean(s):
+		return Unclean
+	case max > 0 && len(s) > max:
+		return TooLong
+	}
+	return OK
+}
+
+// Clean reports whether s is valid UTF-8 without NUL.
+func Clean(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+var invalidResourceKey = errs.Validation("job.invalid_execution_resource_key",
+	"Execution resource key must be non-blank and at most 512 bytes.")
+
+// ExecutionResourceKey checks an execution resource key with Text and
+// runledger.MaxKeyBytes; every fault is the Validation error
+// job.invalid_execution_resource_key.
+func ExecutionResourceKey(key string) error {
+	if Text(key, runledger.MaxKeyBytes) != OK {
+		return invalidResourceKey.Newf(
+			"execution resource key is blank, holds NUL or invalid UTF-8, or is %d bytes long", len(key))
+	}
+	return nil
+}
