@@ -32,7 +32,8 @@ type DefinitionInput struct {
 }
 
 // Validate checks the input without touching the database: job type
-// non-blank (job.job_type_blank) and clean (job.job_type_invalid), max
+// non-blank (job.job_type_blank), clean (job.job_type_invalid) and at most
+// MaxJobTypeBytes (job.job_type_too_long), max
 // attempts positive (job.max_attempts_invalid), timeout positive
 // (job.timeout_invalid).
 func (in DefinitionInput) Validate() error {

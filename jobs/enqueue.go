@@ -45,11 +45,17 @@ type EnqueueRequest struct {
 	// ExecutionResourceKey, when not empty, names a resource: jobs sharing
 	// it never hold a lease at the same time. "" means none.
 	ExecutionResourceKey string
+	// MaxPayloadBytes caps len(Payload) for this call; zero (or negative)
+	// means DefaultMaxJSONBytes. It is a guard, not stored, and not part of
+	// the request a keyed retry must repeat.
+	MaxPayloadBytes int
 }
 
 // Validate checks the request without touching the database, returning the
-// first failure: job type (job.job_type_blank, job.job_type_invalid),
-// payload (job.payload_invalid: not JSON, or JSON jsonb cannot store),
+// first failure: job type (job.job_type_blank, job.job_type_invalid,
+// job.job_type_too_long: over MaxJobTypeBytes), payload
+// (job.payload_too_large: over MaxPayloadBytes; job.payload_invalid: not
+// JSON, or JSON jsonb cannot store),
 // max attempts and timeout (must be positive: job.max_attempts_invalid,
 // job.timeout_invalid), run-at (job.run_at_invalid: the zero time or
 // outside years 1 to 9999), idempotency key when set (job.idempotency_key_invalid:
@@ -62,6 +68,9 @@ func (r EnqueueRequest) Validate() error {
 		return err
 	}
 	if r.Payload != nil {
+		if max := jsonLimit(r.MaxPayloadBytes); len(r.Payload) > max {
+			return invalid(errPayloadTooLarge, "job payload must be at most %d bytes, got %d", max, len(r.Payload))
+		}
 		if err := validateJSON(r.Payload); err != nil {
 			return invalid(errPayloadInvalid, "job payload: %v", err)
 		}

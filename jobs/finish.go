@@ -57,6 +57,9 @@ type CompleteRequest struct {
 	WorkerID  string
 	// Output is the result as any JSON value; nil stores NULL.
 	Output json.RawMessage
+	// MaxOutputBytes caps len(Output) for this call; zero (or negative)
+	// means DefaultMaxJSONBytes.
+	MaxOutputBytes int
 	// ProgressDone and ProgressTotal, when set, record the final progress;
 	// nil keeps the stored value.
 	ProgressDone  *int64
@@ -64,14 +67,18 @@ type CompleteRequest struct {
 }
 
 // Validate checks the request without touching the database: worker id
-// (job.worker_id_blank, job.worker_id_invalid), output (job.output_invalid:
-// not JSON, or JSON jsonb cannot store) and progress (job.progress_invalid:
+// (job.worker_id_blank, job.worker_id_invalid), output
+// (job.output_too_large: over MaxOutputBytes; job.output_invalid: not JSON,
+// or JSON jsonb cannot store) and progress (job.progress_invalid:
 // negative, or done above total when both are given).
 func (r CompleteRequest) Validate() error {
 	if err := validateWorkerID(r.WorkerID); err != nil {
 		return err
 	}
 	if r.Output != nil {
+		if max := jsonLimit(r.MaxOutputBytes); len(r.Output) > max {
+			return invalid(errOutputTooLarge, "job output must be at most %d bytes, got %d", max, len(r.Output))
+		}
 		if err := validateJSON(r.Output); err != nil {
 			return invalid(errOutputInvalid, "job output: %v", err)
 		}

@@ -10,6 +10,28 @@ import (
 	"github.com/runledger-go/runledger/internal/validate"
 )
 
+// Size limits of a request, in bytes.
+const (
+	// MaxJobTypeBytes is the longest job type, in bytes of UTF-8; exactly
+	// 255 bytes is valid. It keeps every index that holds a job type (the
+	// keyed-enqueue index holds it beside a 512-byte key) well within
+	// PostgreSQL's limit on an index row.
+	MaxJobTypeBytes = 255
+	// DefaultMaxJSONBytes is the limit on an enqueue's payload and a
+	// completion's output when the request sets none: 1 MiB of JSON text,
+	// counted as given.
+	DefaultMaxJSONBytes = 1 << 20
+)
+
+// jsonLimit returns the limit a request's max field sets: max itself, or
+// DefaultMaxJSONBytes when max is not positive.
+func jsonLimit(max int) int {
+	if max <= 0 {
+		return DefaultMaxJSONBytes
+	}
+	return max
+}
+
 // The request-validation errors of this package, all category Validation
 // and returned before any database work. Their codes are stable; match one
 // with errors.Is(err, runledger.Code("job.payload_invalid")).
@@ -18,6 +40,12 @@ var (
 		"Job type must not be blank.")
 	errJobTypeInvalid = errs.Validation("job.job_type_invalid",
 		"Job type must be valid UTF-8 without NUL bytes.")
+	errJobTypeTooLong = errs.Validation("job.job_type_too_long",
+		"Job type is too long.")
+	errPayloadTooLarge = errs.Validation("job.payload_too_large",
+		"Job payload is too large.")
+	errOutputTooLarge = errs.Validation("job.output_too_large",
+		"Job output is too large.")
 	errPayloadInvalid = errs.Validation("job.payload_invalid",
 		"Job payload must be valid JSON.")
 	errMaxAttemptsInvalid = errs.Validation("job.max_attempts_invalid",
@@ -68,14 +96,17 @@ func invalid(kind errs.Kind, format string, args ...any) error {
 	return kind.Newf(format, args...)
 }
 
-// validateJobType checks a job type: non-blank after trimming Unicode white
-// space, valid UTF-8 without NUL.
+// validateJobType checks a job type, or a job type filter: non-blank after
+// trimming Unicode white space, valid UTF-8 without NUL, at most
+// MaxJobTypeBytes.
 func validateJobType(jobType string) error {
-	switch validate.Text(jobType, 0) {
+	switch validate.Text(jobType, MaxJobTypeBytes) {
 	case validate.Blank:
 		return invalid(errJobTypeBlank, "job type %q is blank", jobType)
 	case validate.Unclean:
 		return invalid(errJobTypeInvalid, "job type holds a NUL byte or invalid UTF-8")
+	case validate.TooLong:
+		return invalid(errJobTypeTooLong, "job type must be at most %d bytes, got %d", MaxJobTypeBytes, len(jobType))
 	}
 	return nil
 }

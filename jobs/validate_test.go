@@ -209,6 +209,17 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 				Job: with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`x`) })})
 			return err
 		}, "job.payload_invalid"},
+		{"definition type too long", func() error {
+			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: strings.Repeat("t", jobs.MaxJobTypeBytes+1)})
+			return err
+		}, "job.job_type_too_long"},
+		{"enqueue type 9000 bytes", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = strings.Repeat("t", 9000) })), "job.job_type_too_long"},
+		{"claim type filter too long", claimWith(func(r *jobs.ClaimRequest) { r.JobTypes = []string{strings.Repeat("é", 128)} }), "job.job_type_too_long"},
+		{"payload over the default limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = jsonString(jobs.DefaultMaxJSONBytes + 1) })), "job.payload_too_large"},
+		{"payload over its own limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = jsonString(11), 10 })), "job.payload_too_large"},
+		{"payload too large wins over invalid", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = json.RawMessage(`{"a":`), 4 })), "job.payload_too_large"},
+		{"complete output over the default limit", completeWith(func(r *jobs.CompleteRequest) { r.Output = jsonString(jobs.DefaultMaxJSONBytes + 1) }), "job.output_too_large"},
+		{"complete output over its own limit", completeWith(func(r *jobs.CompleteRequest) { r.Output, r.MaxOutputBytes = jsonString(3), 2 }), "job.output_too_large"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -239,6 +250,20 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 		{JobType: "email", Payload: json.RawMessage(`0`), MaxAttempts: testdb.Ptr[int32](1), TimeoutSeconds: testdb.Ptr[int32](1), Priority: testdb.Ptr[int32](-1 << 31)},
 		{JobType: "email", RunAt: testdb.Ptr(time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC))},
 	}
+	reqs = append(reqs,
+		jobs.EnqueueRequest{JobType: strings.Repeat("é", jobs.MaxJobTypeBytes/2) + "e"},
+		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(jobs.DefaultMaxJSONBytes)},
+		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(jobs.DefaultMaxJSONBytes + 1), MaxPayloadBytes: 2 * jobs.DefaultMaxJSONBytes},
+		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(10), MaxPayloadBytes: 10},
+	)
+	for _, out := range []jobs.CompleteRequest{
+		{WorkerID: "w", Output: jsonString(jobs.DefaultMaxJSONBytes)},
+		{WorkerID: "w", Output: jsonString(5), MaxOutputBytes: 5},
+	} {
+		if err := out.Validate(); err != nil {
+			t.Errorf("output of %d bytes: %v", len(out.Output), err)
+		}
+	}
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
 			t.Errorf("request %d: %v", i, err)
@@ -250,4 +275,9 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	if err := (jobs.FailRequest{WorkerID: "w", RetryDelay: testdb.Ptr(time.Duration(0))}).Validate(); err != nil {
 		t.Error(err)
 	}
+}
+
+// jsonString returns a JSON string value exactly n bytes long (n >= 2).
+func jsonString(n int) json.RawMessage {
+	return json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
 }

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -33,10 +32,10 @@ type WorkflowStepRequest struct {
 // (job.workflow_step_key_invalid) non-blank and clean, the job unkeyed
 // (job.workflow_step_job_keyed) and valid (EnqueueRequest.Validate).
 func (r WorkflowStepRequest) Validate() error {
-	if strings.TrimSpace(r.WorkflowType) == "" || !validate.Clean(r.WorkflowType) {
+	if validate.Text(r.WorkflowType, 0) != validate.OK {
 		return invalid(errWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
 	}
-	if strings.TrimSpace(r.StepKey) == "" || !validate.Clean(r.StepKey) {
+	if validate.Text(r.StepKey, 0) != validate.OK {
 		return invalid(errWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
 	}
 	if r.Job.IdempotencyKey != "" {

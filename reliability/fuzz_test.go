@@ -22,6 +22,8 @@ import (
 var enqueueValidationCodes = []runledger.Code{
 	"job.job_type_blank",
 	"job.job_type_invalid",
+	"job.job_type_too_long",
+	"job.payload_too_large",
 	"job.payload_invalid",
 	"job.max_attempts_invalid",
 	"job.timeout_invalid",
@@ -40,6 +42,10 @@ func expectedEnqueueCode(r jobs.EnqueueRequest) string {
 		return "job.job_type_blank"
 	case !clean(r.JobType):
 		return "job.job_type_invalid"
+	case len(r.JobType) > 255:
+		return "job.job_type_too_long"
+	case r.Payload != nil && len(r.Payload) > 1<<20:
+		return "job.payload_too_large"
 	case r.Payload != nil && !jsonbStorable(r.Payload):
 		return "job.payload_invalid"
 	case r.MaxAttempts != nil && *r.MaxAttempts <= 0:

@@ -707,3 +707,25 @@ func testGlobalFlagsBeforeCommand(t *testing.T, c *cli) {
 		t.Fatalf("text wanted: %q", out.stdout)
 	}
 }
+
+// testInputLimits: a job type over the documented maximum is refused up
+// front with a validation error (exit 2), not sent to the database to fail
+// as an index row too large; the longest accepted type works end to end.
+func testInputLimits(t *testing.T, c *cli) {
+	e := db(t)
+	long := strings.Repeat("t", 9000)
+	for _, args := range [][]string{
+		{"definitions", "upsert", "--type", long, "--json"},
+		{"enqueue", "--type", long, "--json"},
+		{"claim", "--worker", "w", "--type", long, "--json"},
+	} {
+		if code := wantError(t, c.want(t, 2, e, args...), "validation"); code != "job.job_type_too_long" {
+			t.Fatalf("%s: code = %s, want job.job_type_too_long", args[0], code)
+		}
+	}
+	longest := strings.Repeat("t", 255)
+	c.define(t, e, longest)
+	if j := c.enqueue(t, e, "--type", longest); str(t, j, "job_type") != longest {
+		t.Fatalf("job_type = %s", j["job_type"])
+	}
+}

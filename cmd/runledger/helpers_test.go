@@ -40,6 +40,7 @@ var cliTests = []struct {
 	{"Replay", testReplay},
 	{"JobsShow", testJobsShow},
 	{"ExitCodes", testExitCodes},
+	{"InputLimitsExit2", testInputLimits},
 	{"HumanOutput", testHumanOutput},
 	{"GlobalFlagsBeforeCommand", testGlobalFlagsBeforeCommand},
 	{"Demo", testDemo},
