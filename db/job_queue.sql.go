@@ -249,6 +249,8 @@ WITH definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = $1 AND job_definitions.is_enabled
+      AND ($2::text IS NULL
+           OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE
 ),
 inserted AS (
@@ -256,16 +258,16 @@ inserted AS (
         id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
         next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key
     )
-    SELECT $2,
+    SELECT $3,
            d.job_type,
-           $3::uuid,
-           $4::jsonb,
-           COALESCE($5::int, d.default_priority),
-           COALESCE($6::int, d.max_attempts),
-           COALESCE($7::int, d.default_timeout_seconds),
-           COALESCE($8::timestamptz, now()),
-           CASE WHEN $8::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
-           $9::text,
+           $4::uuid,
+           $5::jsonb,
+           COALESCE($6::int, d.default_priority),
+           COALESCE($7::int, d.max_attempts),
+           COALESCE($8::int, d.default_timeout_seconds),
+           COALESCE($9::timestamptz, now()),
+           CASE WHEN $9::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+           $2::text,
            $10::jsonb,
            $11::text
     FROM definition d
@@ -282,6 +284,7 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 
 type JobEnqueueParams struct {
 	JobType              string
+	IdempotencyKey       *string
 	ID                   uuid.UUID
 	OrganizationID       *uuid.UUID
 	Payload              []byte
@@ -289,7 +292,6 @@ type JobEnqueueParams struct {
 	MaxAttempts          *int32
 	TimeoutSeconds       *int32
 	NextRunAt            *time.Time
-	IdempotencyKey       *string
 	EnqueueRequest       []byte
 	ExecutionResourceKey *string
 }
@@ -336,10 +338,13 @@ type JobEnqueueRow struct {
 // scope and key makes this insert nothing (ON CONFLICT DO NOTHING, which
 // waits for an uncommitted competitor first). No row comes back when the
 // definition is missing or disabled or the key is taken; nothing is written
-// then.
+// then. A keyed insert runs only under READ COMMITTED (the lookup behind it
+// must see a competitor's committed row): under another isolation it reads
+// and writes nothing, and the caller refuses.
 func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams) (JobEnqueueRow, error) {
 	row := db.QueryRow(ctx, jobEnqueue,
 		arg.JobType,
+		arg.IdempotencyKey,
 		arg.ID,
 		arg.OrganizationID,
 		arg.Payload,
@@ -347,7 +352,6 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 		arg.MaxAttempts,
 		arg.TimeoutSeconds,
 		arg.NextRunAt,
-		arg.IdempotencyKey,
 		arg.EnqueueRequest,
 		arg.ExecutionResourceKey,
 	)
@@ -610,13 +614,13 @@ SELECT job_queue.status,
 FROM job_queue
 WHERE job_queue.id = $1
   AND organization_id IS NOT DISTINCT FROM $2::uuid
-  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM $3::text
+  AND ($3::text IS NULL OR current_setting('runledger.replay', true) = $3::text)
 `
 
 type JobGetForReplayClassificationParams struct {
 	ID             uuid.UUID
 	OrganizationID *uuid.UUID
-	LockToken      string
+	RunIf          *string
 }
 
 type JobGetForReplayClassificationRow struct {
@@ -629,16 +633,16 @@ type JobGetForReplayClassificationRow struct {
 // JobGetForReplayClassification reads the replay source in the caller's
 // scope without any lock, to tell NotFound, a mismatch and a
 // workflow-managed source apart once the locking read found nothing (so a
-// rejected request leaves no row lock behind). It reads only when this
-// attempt's locking read missed (runledger.replay_source_lock is not
-// @lock_token), so it can share that read's round trip. job is the whole
+// rejected request leaves no row lock behind). In a pipeline it reads only
+// while runledger.replay is @run_if ('<token>/missing': the attempt's lock
+// missed); with @run_if NULL it always reads. job is the whole
 // row as one jsonb column, decoded only for a mismatch: one column keeps
 // the row description small on the paths that read nothing. Its
 // timestamps are rewritten in UTC ("...Z"), so they parse as RFC 3339
 // whatever the session's TimeZone (whose historic offsets can have
 // seconds) and for any year from 1 to 9999.
 func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, arg JobGetForReplayClassificationParams) (JobGetForReplayClassificationRow, error) {
-	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.ID, arg.OrganizationID, arg.LockToken)
+	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.ID, arg.OrganizationID, arg.RunIf)
 	var i JobGetForReplayClassificationRow
 	err := row.Scan(
 		&i.Status,
@@ -1182,9 +1186,11 @@ const jobLockByIdempotencyKeyGlobal = `-- name: JobLockByIdempotencyKeyGlobal :o
 SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (enqueue_request = $1::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_type = $2
-  AND organization_id IS NULL
-  AND idempotency_key = $3
+WHERE job_queue.job_type = $2
+  AND job_queue.organization_id IS NULL
+  AND job_queue.idempotency_key = $3
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = $4)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE
 `
 
@@ -1192,6 +1198,7 @@ type JobLockByIdempotencyKeyGlobalParams struct {
 	EnqueueRequest []byte
 	JobType        string
 	IdempotencyKey *string
+	InsertedID     uuid.UUID
 }
 
 type JobLockByIdempotencyKeyGlobalRow struct {
@@ -1205,8 +1212,16 @@ type JobLockByIdempotencyKeyGlobalRow struct {
 // checks on the row cannot deadlock against it). same_request tells
 // whether the stored request snapshot equals the given one (jsonb
 // equality, so key order and spacing do not matter).
+// It follows JobEnqueue in the same pipeline and runs only when that
+// insert did not write job @inserted_id, and only under READ COMMITTED;
+// otherwise it reads and locks nothing.
 func (q *Queries) JobLockByIdempotencyKeyGlobal(ctx context.Context, db DBTX, arg JobLockByIdempotencyKeyGlobalParams) (JobLockByIdempotencyKeyGlobalRow, error) {
-	row := db.QueryRow(ctx, jobLockByIdempotencyKeyGlobal, arg.EnqueueRequest, arg.JobType, arg.IdempotencyKey)
+	row := db.QueryRow(ctx, jobLockByIdempotencyKeyGlobal,
+		arg.EnqueueRequest,
+		arg.JobType,
+		arg.IdempotencyKey,
+		arg.InsertedID,
+	)
 	var i JobLockByIdempotencyKeyGlobalRow
 	err := row.Scan(
 		&i.JobQueue.ID,
@@ -1248,9 +1263,11 @@ const jobLockByIdempotencyKeyOrg = `-- name: JobLockByIdempotencyKeyOrg :one
 SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (enqueue_request = $1::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_type = $2
-  AND organization_id = $3
-  AND idempotency_key = $4
+WHERE job_queue.job_type = $2
+  AND job_queue.organization_id = $3
+  AND job_queue.idempotency_key = $4
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = $5)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE
 `
 
@@ -1259,6 +1276,7 @@ type JobLockByIdempotencyKeyOrgParams struct {
 	JobType        string
 	OrganizationID *uuid.UUID
 	IdempotencyKey *string
+	InsertedID     uuid.UUID
 }
 
 type JobLockByIdempotencyKeyOrgRow struct {
@@ -1268,13 +1286,14 @@ type JobLockByIdempotencyKeyOrgRow struct {
 
 // JobLockByIdempotencyKeyOrg is JobLockByIdempotencyKeyGlobal for one
 // organization's scope (a separate statement so each matches its partial
-// unique index).
+// unique index), with the same guards.
 func (q *Queries) JobLockByIdempotencyKeyOrg(ctx context.Context, db DBTX, arg JobLockByIdempotencyKeyOrgParams) (JobLockByIdempotencyKeyOrgRow, error) {
 	row := db.QueryRow(ctx, jobLockByIdempotencyKeyOrg,
 		arg.EnqueueRequest,
 		arg.JobType,
 		arg.OrganizationID,
 		arg.IdempotencyKey,
+		arg.InsertedID,
 	)
 	var i JobLockByIdempotencyKeyOrgRow
 	err := row.Scan(
@@ -1380,6 +1399,7 @@ WITH locked AS MATERIALIZED (
       AND status = 'SUCCEEDED'
       AND run_number = $4
       AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+      AND current_setting('runledger.replay', true) = $1::text || '/missing'
     FOR NO KEY UPDATE
 )
 SELECT locked.id,
@@ -1387,12 +1407,12 @@ SELECT locked.id,
        locked.job_type,
        locked.execution_resource_key,
        locked.workflow_managed,
-       set_config('runledger.replay_source_lock', $1::text, true) AS lock_token
+       set_config('runledger.replay', $1::text || '/locked', true) AS marker
 FROM locked
 `
 
 type JobLockForReplayParams struct {
-	LockToken         string
+	Token             string
 	ID                uuid.UUID
 	OrganizationID    *uuid.UUID
 	ExpectedRunNumber int32
@@ -1404,20 +1424,21 @@ type JobLockForReplayRow struct {
 	JobType              string
 	ExecutionResourceKey *string
 	WorkflowManaged      bool
-	LockToken            string
+	Marker               string
 }
 
 // JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is
 // eligible: in the caller's exact scope, SUCCEEDED at the expected run, in
 // no workflow step. NO KEY UPDATE composes with the lineage insert's KEY
 // SHARE foreign-key check while two replays of one source serialize here;
-// a waiter re-checks the conditions on the newest row. Only for a row it
-// returns does it set the transaction-local runledger.replay_source_lock
-// to @lock_token (outer query over a MATERIALIZED CTE), which tells the
-// statements pipelined behind it which branch the lock took.
+// a waiter re-checks the conditions on the newest row. It runs only while
+// runledger.replay is '<token>/missing' (the attempt's lineage lookup found
+// nothing; guarded off it reads and locks nothing), and only for a row it
+// returns does it set '<token>/locked' (outer query over a MATERIALIZED
+// CTE), which tells the statements behind it which branch the lock took.
 func (q *Queries) JobLockForReplay(ctx context.Context, db DBTX, arg JobLockForReplayParams) (JobLockForReplayRow, error) {
 	row := db.QueryRow(ctx, jobLockForReplay,
-		arg.LockToken,
+		arg.Token,
 		arg.ID,
 		arg.OrganizationID,
 		arg.ExpectedRunNumber,
@@ -1429,7 +1450,7 @@ func (q *Queries) JobLockForReplay(ctx context.Context, db DBTX, arg JobLockForR
 		&i.JobType,
 		&i.ExecutionResourceKey,
 		&i.WorkflowManaged,
-		&i.LockToken,
+		&i.Marker,
 	)
 	return i, err
 }

@@ -48,29 +48,34 @@ WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
     FROM job_replays jr
     JOIN job_queue source ON source.id = jr.source_job_id
-    WHERE jr.source_job_id = $1
-      AND jr.source_run_number = $2
-      AND jr.replay_request_key = $3
-      AND source.organization_id IS NOT DISTINCT FROM $4::uuid
+    WHERE jr.source_job_id = $2
+      AND jr.source_run_number = $3
+      AND jr.replay_request_key = $4
+      AND source.organization_id IS NOT DISTINCT FROM $5::uuid
       AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 ),
 matching_replay AS (
     SELECT id, status, run_number
     FROM job_queue
-    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = $5)
+    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = $6)
     FOR NO KEY UPDATE
 )
 SELECT probe.isolation,
        lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
-       matching_replay.run_number AS replay_run_number
+       matching_replay.run_number AS replay_run_number,
+       set_config('runledger.replay', $1::text || CASE
+           WHEN lower(probe.isolation) NOT IN ('read committed', 'read uncommitted') THEN '/refused'
+           WHEN lineage.replay_job_id IS NOT NULL THEN '/found'
+           ELSE '/missing' END, true) AS marker
 FROM (SELECT current_setting('transaction_isolation')::text AS isolation) AS probe
 LEFT JOIN lineage ON true
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id
 `
 
 type JobReplayGetForRequestParams struct {
+	Token            string
 	SourceJobID      uuid.UUID
 	SourceRunNumber  int32
 	ReplayRequestKey string
@@ -84,6 +89,7 @@ type JobReplayGetForRequestRow struct {
 	Reason          *string
 	ReplayStatus    *JobStatus
 	ReplayRunNumber *int32
+	Marker          string
 }
 
 // JobReplayGetForRequest finds the lineage of one replay request (source,
@@ -93,10 +99,15 @@ type JobReplayGetForRequestRow struct {
 // ends; workers' SKIP LOCKED claims pass it by); otherwise it locks
 // nothing. It is also the isolation probe: it always returns one row with
 // the transaction's level, and looks for lineage only under READ
-// COMMITTED, so a refused caller has read and locked nothing. (LEFT JOIN
-// of CTEs, not LATERAL: sqlc would type the lateral's columns NOT NULL.)
+// COMMITTED. It opens a replay attempt's pipeline by setting the
+// transaction-local marker runledger.replay that guards the statements
+// behind it: '<token>/missing' lets the source lock run; '<token>/found'
+// (a lineage hit) and '<token>/refused' (another isolation) turn every
+// later statement off. (LEFT JOIN of CTEs, not LATERAL: sqlc would type
+// the lateral's columns NOT NULL.)
 func (q *Queries) JobReplayGetForRequest(ctx context.Context, db DBTX, arg JobReplayGetForRequestParams) (JobReplayGetForRequestRow, error) {
 	row := db.QueryRow(ctx, jobReplayGetForRequest,
+		arg.Token,
 		arg.SourceJobID,
 		arg.SourceRunNumber,
 		arg.ReplayRequestKey,
@@ -110,6 +121,7 @@ func (q *Queries) JobReplayGetForRequest(ctx context.Context, db DBTX, arg JobRe
 		&i.Reason,
 		&i.ReplayStatus,
 		&i.ReplayRunNumber,
+		&i.Marker,
 	)
 	return i, err
 }
@@ -119,11 +131,11 @@ WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
     FROM job_replays jr
     JOIN job_queue source ON source.id = jr.source_job_id
-    WHERE jr.source_job_id = $1
-      AND jr.source_run_number = $2
-      AND jr.replay_request_key = $3
-      AND source.organization_id IS NOT DISTINCT FROM $4::uuid
-      AND current_setting('runledger.replay_source_lock', true) = $5::text
+    WHERE jr.source_job_id = $2
+      AND jr.source_run_number = $3
+      AND jr.replay_request_key = $4
+      AND source.organization_id IS NOT DISTINCT FROM $5::uuid
+      AND current_setting('runledger.replay', true) = $1::text || '/locked'
 ),
 matching_replay AS (
     SELECT id, status, run_number
@@ -134,17 +146,18 @@ matching_replay AS (
 SELECT lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
-       matching_replay.run_number AS replay_run_number
+       matching_replay.run_number AS replay_run_number,
+       set_config('runledger.replay', $1::text || '/found', true) AS marker
 FROM lineage
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id
 `
 
 type JobReplayGetForRequestAfterSourceLockParams struct {
+	Token            string
 	SourceJobID      uuid.UUID
 	SourceRunNumber  int32
 	ReplayRequestKey string
 	OrganizationID   *uuid.UUID
-	LockToken        string
 	Reason           string
 }
 
@@ -153,21 +166,22 @@ type JobReplayGetForRequestAfterSourceLockRow struct {
 	Reason          string
 	ReplayStatus    *JobStatus
 	ReplayRunNumber *int32
+	Marker          string
 }
 
 // JobReplayGetForRequestAfterSourceLock is JobReplayGetForRequest's lookup
 // and replay lock without the probe, run only when this attempt's locking
-// read took the source (runledger.replay_source_lock = @lock_token), so it
-// can share that read's round trip. Its own snapshot, taken after the lock
-// wait, sees the lineage the previous lock holder committed. No row when
-// there is no lineage or the lock missed.
+// read took the source (runledger.replay is '<token>/locked'). Its own
+// snapshot, taken after the lock wait, sees the lineage the previous lock
+// holder committed. A row sets '<token>/found', which turns the insert
+// off. No row when there is no lineage or it was guarded off.
 func (q *Queries) JobReplayGetForRequestAfterSourceLock(ctx context.Context, db DBTX, arg JobReplayGetForRequestAfterSourceLockParams) (JobReplayGetForRequestAfterSourceLockRow, error) {
 	row := db.QueryRow(ctx, jobReplayGetForRequestAfterSourceLock,
+		arg.Token,
 		arg.SourceJobID,
 		arg.SourceRunNumber,
 		arg.ReplayRequestKey,
 		arg.OrganizationID,
-		arg.LockToken,
 		arg.Reason,
 	)
 	var i JobReplayGetForRequestAfterSourceLockRow
@@ -176,6 +190,7 @@ func (q *Queries) JobReplayGetForRequestAfterSourceLock(ctx context.Context, db 
 		&i.Reason,
 		&i.ReplayStatus,
 		&i.ReplayRunNumber,
+		&i.Marker,
 	)
 	return i, err
 }
@@ -187,6 +202,7 @@ WITH source AS (
     FROM job_queue s
     JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
     WHERE s.id = $1
+      AND current_setting('runledger.replay', true) = $2::text || '/locked'
     FOR SHARE OF d
 ),
 inserted AS (
@@ -194,7 +210,7 @@ inserted AS (
         id, job_type, organization_id, payload, priority, max_attempts,
         timeout_seconds, next_run_at, stage, execution_resource_key
     )
-    SELECT $2, job_type, organization_id, payload, priority, max_attempts,
+    SELECT $3, job_type, organization_id, payload, priority, max_attempts,
            timeout_seconds, now(), 'queued', execution_resource_key
     FROM source
     RETURNING id, job_type, status, run_number, stage
@@ -206,14 +222,14 @@ event AS (
                'job_type', inserted.job_type,
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
-               'replay_request_key', $3::text,
-               'reason', $4::text))
+               'replay_request_key', $4::text,
+               'reason', $5::text))
     FROM inserted CROSS JOIN source
     RETURNING id
 ),
 lineage AS (
     INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, $3::text, inserted.id, $4::text
+    SELECT source.id, source.run_number, $4::text, inserted.id, $5::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
 )
@@ -229,6 +245,7 @@ FROM inserted CROSS JOIN source
 
 type JobReplayInsertParams struct {
 	SourceJobID      uuid.UUID
+	Token            string
 	ReplayJobID      uuid.UUID
 	ReplayRequestKey string
 	Reason           string
@@ -250,10 +267,13 @@ type JobReplayInsertRow struct {
 // PENDING, queued, due now; nothing else copied), its one ENQUEUED event
 // with the provenance, and the lineage row. The job type's definition is
 // read FOR SHARE, so a definition change waits; no row, and nothing
-// written, when it is missing or disabled.
+// written, when it is missing or disabled. It runs only while
+// runledger.replay is '<token>/locked' (this attempt locked the source and
+// found no lineage after the lock); guarded off it reads nothing.
 func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
 	row := db.QueryRow(ctx, jobReplayInsert,
 		arg.SourceJobID,
+		arg.Token,
 		arg.ReplayJobID,
 		arg.ReplayRequestKey,
 		arg.Reason,

@@ -7,12 +7,16 @@
 -- scope and key makes this insert nothing (ON CONFLICT DO NOTHING, which
 -- waits for an uncommitted competitor first). No row comes back when the
 -- definition is missing or disabled or the key is taken; nothing is written
--- then.
+-- then. A keyed insert runs only under READ COMMITTED (the lookup behind it
+-- must see a competitor's committed row): under another isolation it reads
+-- and writes nothing, and the caller refuses.
 -- name: JobEnqueue :one
 WITH definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = @job_type AND job_definitions.is_enabled
+      AND (sqlc.narg(idempotency_key)::text IS NULL
+           OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE
 ),
 inserted AS (
@@ -49,25 +53,32 @@ SELECT * FROM inserted;
 -- checks on the row cannot deadlock against it). same_request tells
 -- whether the stored request snapshot equals the given one (jsonb
 -- equality, so key order and spacing do not matter).
+-- It follows JobEnqueue in the same pipeline and runs only when that
+-- insert did not write job @inserted_id, and only under READ COMMITTED;
+-- otherwise it reads and locks nothing.
 -- name: JobLockByIdempotencyKeyGlobal :one
 SELECT sqlc.embed(job_queue),
        (enqueue_request = @enqueue_request::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_type = @job_type
-  AND organization_id IS NULL
-  AND idempotency_key = @idempotency_key
+WHERE job_queue.job_type = @job_type
+  AND job_queue.organization_id IS NULL
+  AND job_queue.idempotency_key = @idempotency_key
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = @inserted_id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE;
 
 -- JobLockByIdempotencyKeyOrg is JobLockByIdempotencyKeyGlobal for one
 -- organization's scope (a separate statement so each matches its partial
--- unique index).
+-- unique index), with the same guards.
 -- name: JobLockByIdempotencyKeyOrg :one
 SELECT sqlc.embed(job_queue),
        (enqueue_request = @enqueue_request::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_type = @job_type
-  AND organization_id = @organization_id
-  AND idempotency_key = @idempotency_key
+WHERE job_queue.job_type = @job_type
+  AND job_queue.organization_id = @organization_id
+  AND job_queue.idempotency_key = @idempotency_key
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = @inserted_id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE;
 
 -- JobGetByID reads one job in the caller's exact scope (null-safe: the global
@@ -346,10 +357,11 @@ LIMIT @max_jobs;
 -- eligible: in the caller's exact scope, SUCCEEDED at the expected run, in
 -- no workflow step. NO KEY UPDATE composes with the lineage insert's KEY
 -- SHARE foreign-key check while two replays of one source serialize here;
--- a waiter re-checks the conditions on the newest row. Only for a row it
--- returns does it set the transaction-local runledger.replay_source_lock
--- to @lock_token (outer query over a MATERIALIZED CTE), which tells the
--- statements pipelined behind it which branch the lock took.
+-- a waiter re-checks the conditions on the newest row. It runs only while
+-- runledger.replay is '<token>/missing' (the attempt's lineage lookup found
+-- nothing; guarded off it reads and locks nothing), and only for a row it
+-- returns does it set '<token>/locked' (outer query over a MATERIALIZED
+-- CTE), which tells the statements behind it which branch the lock took.
 -- name: JobLockForReplay :one
 WITH locked AS MATERIALIZED (
     SELECT id, run_number, job_type, execution_resource_key,
@@ -360,6 +372,7 @@ WITH locked AS MATERIALIZED (
       AND status = 'SUCCEEDED'
       AND run_number = @expected_run_number
       AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
+      AND current_setting('runledger.replay', true) = @token::text || '/missing'
     FOR NO KEY UPDATE
 )
 SELECT locked.id,
@@ -367,15 +380,15 @@ SELECT locked.id,
        locked.job_type,
        locked.execution_resource_key,
        locked.workflow_managed,
-       set_config('runledger.replay_source_lock', @lock_token::text, true) AS lock_token
+       set_config('runledger.replay', @token::text || '/locked', true) AS marker
 FROM locked;
 
 -- JobGetForReplayClassification reads the replay source in the caller's
 -- scope without any lock, to tell NotFound, a mismatch and a
 -- workflow-managed source apart once the locking read found nothing (so a
--- rejected request leaves no row lock behind). It reads only when this
--- attempt's locking read missed (runledger.replay_source_lock is not
--- @lock_token), so it can share that read's round trip. job is the whole
+-- rejected request leaves no row lock behind). In a pipeline it reads only
+-- while runledger.replay is @run_if ('<token>/missing': the attempt's lock
+-- missed); with @run_if NULL it always reads. job is the whole
 -- row as one jsonb column, decoded only for a mismatch: one column keeps
 -- the row description small on the paths that read nothing. Its
 -- timestamps are rewritten in UTC ("...Z"), so they parse as RFC 3339
@@ -396,4 +409,4 @@ SELECT job_queue.status,
 FROM job_queue
 WHERE job_queue.id = @id
   AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-  AND current_setting('runledger.replay_source_lock', true) IS DISTINCT FROM @lock_token::text;
+  AND (sqlc.narg(run_if)::text IS NULL OR current_setting('runledger.replay', true) = sqlc.narg(run_if)::text);

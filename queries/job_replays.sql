@@ -5,8 +5,12 @@
 -- ends; workers' SKIP LOCKED claims pass it by); otherwise it locks
 -- nothing. It is also the isolation probe: it always returns one row with
 -- the transaction's level, and looks for lineage only under READ
--- COMMITTED, so a refused caller has read and locked nothing. (LEFT JOIN
--- of CTEs, not LATERAL: sqlc would type the lateral's columns NOT NULL.)
+-- COMMITTED. It opens a replay attempt's pipeline by setting the
+-- transaction-local marker runledger.replay that guards the statements
+-- behind it: '<token>/missing' lets the source lock run; '<token>/found'
+-- (a lineage hit) and '<token>/refused' (another isolation) turn every
+-- later statement off. (LEFT JOIN of CTEs, not LATERAL: sqlc would type
+-- the lateral's columns NOT NULL.)
 -- name: JobReplayGetForRequest :one
 WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
@@ -28,17 +32,21 @@ SELECT probe.isolation,
        lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
-       matching_replay.run_number AS replay_run_number
+       matching_replay.run_number AS replay_run_number,
+       set_config('runledger.replay', @token::text || CASE
+           WHEN lower(probe.isolation) NOT IN ('read committed', 'read uncommitted') THEN '/refused'
+           WHEN lineage.replay_job_id IS NOT NULL THEN '/found'
+           ELSE '/missing' END, true) AS marker
 FROM (SELECT current_setting('transaction_isolation')::text AS isolation) AS probe
 LEFT JOIN lineage ON true
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 
 -- JobReplayGetForRequestAfterSourceLock is JobReplayGetForRequest's lookup
 -- and replay lock without the probe, run only when this attempt's locking
--- read took the source (runledger.replay_source_lock = @lock_token), so it
--- can share that read's round trip. Its own snapshot, taken after the lock
--- wait, sees the lineage the previous lock holder committed. No row when
--- there is no lineage or the lock missed.
+-- read took the source (runledger.replay is '<token>/locked'). Its own
+-- snapshot, taken after the lock wait, sees the lineage the previous lock
+-- holder committed. A row sets '<token>/found', which turns the insert
+-- off. No row when there is no lineage or it was guarded off.
 -- name: JobReplayGetForRequestAfterSourceLock :one
 WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
@@ -48,7 +56,7 @@ WITH lineage AS (
       AND jr.source_run_number = @source_run_number
       AND jr.replay_request_key = @replay_request_key
       AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-      AND current_setting('runledger.replay_source_lock', true) = @lock_token::text
+      AND current_setting('runledger.replay', true) = @token::text || '/locked'
 ),
 matching_replay AS (
     SELECT id, status, run_number
@@ -59,7 +67,8 @@ matching_replay AS (
 SELECT lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
-       matching_replay.run_number AS replay_run_number
+       matching_replay.run_number AS replay_run_number,
+       set_config('runledger.replay', @token::text || '/found', true) AS marker
 FROM lineage
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 
@@ -69,7 +78,9 @@ LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- PENDING, queued, due now; nothing else copied), its one ENQUEUED event
 -- with the provenance, and the lineage row. The job type's definition is
 -- read FOR SHARE, so a definition change waits; no row, and nothing
--- written, when it is missing or disabled.
+-- written, when it is missing or disabled. It runs only while
+-- runledger.replay is '<token>/locked' (this attempt locked the source and
+-- found no lineage after the lock); guarded off it reads nothing.
 -- name: JobReplayInsert :one
 WITH source AS (
     SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
@@ -77,6 +88,7 @@ WITH source AS (
     FROM job_queue s
     JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
     WHERE s.id = @source_job_id
+      AND current_setting('runledger.replay', true) = @token::text || '/locked'
     FOR SHARE OF d
 ),
 inserted AS (

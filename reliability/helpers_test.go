@@ -140,18 +140,17 @@ func onFailpoint(t testing.TB, name string, tag uint64, hook failpoint.Hook) {
 	defer fpMu.Unlock()
 	if !fpActive[name] {
 		fpActive[name] = true
-		failpoint.Enable(name, func(ctx context.Context, arg any) {
+		hookOf := func(ctx context.Context) failpoint.Hook {
 			id, _ := ctx.Value(tagKey{}).(uint64)
-			if id == 0 {
-				return
-			}
 			fpMu.Lock()
-			h := fpHooks[name][id]
-			fpMu.Unlock()
-			if h != nil {
+			defer fpMu.Unlock()
+			return fpHooks[name][id]
+		}
+		failpoint.EnableFor(name, func(ctx context.Context, arg any) {
+			if h := hookOf(ctx); h != nil {
 				h(ctx, arg)
 			}
-		})
+		}, func(ctx context.Context) bool { return hookOf(ctx) != nil })
 	}
 	if fpHooks[name] == nil {
 		fpHooks[name] = map[uint64]failpoint.Hook{}

@@ -85,18 +85,19 @@ var ownedReplayKillPoints = []killPoint{
 	{name: "waiting for the source lock", waitOn: holdSource, lockType: "", want: failTransient},
 	{name: "after the source lock", hook: "replay/after-source-lock", want: failTransient},
 	{name: "while the insert waits", waitOn: holdDefinition, want: failTransient},
-	// SucceededJob sends the insert and COMMIT in one batch; both
-	// failpoints fire just before it is sent, the server reports the
-	// termination against the insert, so COMMIT provably never ran:
-	// transient, not commit-unconfirmed.
-	{name: "before the insert batch, at after-insert", hook: "replay/after-insert", want: failTransient},
-	{name: "before the insert batch, at before-commit", hook: "txn/before-commit", want: failTransient},
+	// SucceededJob sends BEGIN to COMMIT in one batch. Both failpoints split
+	// it between the insert's result and COMMIT: the connection is lost
+	// once the insert's result has arrived, which the client cannot tell
+	// from a COMMIT that ran, so commit-unconfirmed (here nothing was
+	// written, and the retry inserts).
+	{name: "after the insert result, at after-insert", hook: "replay/after-insert", want: failCommitUnconfirmed},
+	{name: "after the insert result, at before-commit", hook: "txn/before-commit", want: failCommitUnconfirmed},
 	// The insert has run and its result is on its way; COMMIT, right
 	// behind it in the batch, waits in the deferred trigger when the
 	// backend is killed: the COMMIT failed, its fate unknown to the caller.
 	{name: "after the insert result, while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory",
-		// BEGIN and the first lookup; the lock batch (lock, second lookup,
-		// classification); the insert, one row.
+		// BEGIN, the lookup, the lock, the second lookup (guarded off), the
+		// classification (guarded off), the insert: one row.
 		afterResult: []string{"BEGIN", "SELECT 1", "SELECT 1", "SELECT 0", "SELECT 0", "SELECT 1"},
 		want:        failCommitUnconfirmed},
 	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},

@@ -30,9 +30,9 @@ const benchSources = 1000
 // benchSetup seeds benchSources succeeded sources of one organization,
 // each replayed once under key "seed" and reason "seed", on a
 // one-connection pool whose round trips are counted.
-func benchSetup(b *testing.B) (*pgxpool.Pool, *tripCounter, runledger.Scope, []uuid.UUID) {
+func benchSetup(b *testing.B) (*pgxpool.Pool, *testdb.TripCounter, runledger.Scope, []uuid.UUID) {
 	b.Helper()
-	pool, counter := countingPool(b)
+	pool, counter := testdb.CountingPool(b)
 	org := uuid.New()
 	scope := runledger.Organization(org)
 	ctx := context.Background()
@@ -90,7 +90,7 @@ func BenchmarkSucceededJob(b *testing.B) {
 	ctx := context.Background()
 	for _, p := range benchPaths(scope, ids, "owned-"+uuid.NewString()) {
 		b.Run(p.name, func(b *testing.B) {
-			before := counter.count()
+			before := counter.Count()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -100,7 +100,7 @@ func BenchmarkSucceededJob(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(counter.count()-before)/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(counter.Count()-before)/float64(b.N), "roundtrips/op")
 		})
 	}
 }
@@ -110,7 +110,7 @@ func BenchmarkSucceededJobTx(b *testing.B) {
 	ctx := context.Background()
 	for _, p := range benchPaths(scope, ids, "tx-"+uuid.NewString()) {
 		b.Run(p.name, func(b *testing.B) {
-			before := counter.count()
+			before := counter.Count()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -128,7 +128,7 @@ func BenchmarkSucceededJobTx(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(counter.count()-before)/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(counter.Count()-before)/float64(b.N), "roundtrips/op")
 		})
 	}
 }

@@ -7,32 +7,28 @@ import (
 )
 
 // Failpoints of this package (see internal/failpoint), each fired with a
-// failpointCall; the owned transaction also fires internal/txn's.
-//
-// The statements go in batches (one round trip each): in SucceededJob
-// [BEGIN + lookup], [source lock + second lookup + classification read],
-// [insert + COMMIT]; in SucceededJobTx the same without BEGIN and COMMIT.
-// A failpoint between two statements of one batch fires where the client
-// last acts before them, as noted.
+// failpointCall; the owned transaction also fires internal/txn's. An
+// attempt's statements share one round trip; while a test enables one of
+// these points the batch is split there (txn.Batch.PointIf), so the hook
+// runs between the two statements, only when its condition holds.
 const (
-	// fpAfterLookup: the first lineage lookup found nothing.
+	// fpAfterLookup: the first lineage lookup found nothing (first
+	// attempt); the source lock is next.
 	fpAfterLookup = "replay/after-lookup"
-	// fpBeforeSourceLock: before each locking read of the source (before
-	// each attempt's batch).
+	// fpBeforeSourceLock: the lookup of an attempt found nothing; the
+	// source lock is next.
 	fpBeforeSourceLock = "replay/before-source-lock"
-	// fpAfterLockMiss: a locking read found nothing. The classification
-	// read travelled in the same batch; when it saw the source SUCCEEDED at
-	// the expected run but workflow-managed (the one verdict that ends in
-	// an error), it is read again in a statement of its own after this
-	// point, and that read decides.
+	// fpAfterLockMiss: the locking read found nothing and the
+	// classification read has run. When that read saw the source SUCCEEDED
+	// at the expected run but workflow-managed (the one verdict that ends
+	// in an error), it is read again in a statement of its own after the
+	// batch, and that read decides.
 	fpAfterLockMiss = "replay/after-lock-miss"
 	// fpAfterSourceLock: the source is locked and the second lookup found
 	// nothing; the insert is next.
 	fpAfterSourceLock = "replay/after-source-lock"
-	// fpAfterInsert: the replay, its event and lineage are written in the
-	// open transaction (SucceededJobTx). In SucceededJob the insert and
-	// COMMIT travel in one batch, and this point fires just before that
-	// batch is sent, followed by txn.FailpointBeforeCommit.
+	// fpAfterInsert: the replay, its event and lineage are written; in
+	// SucceededJob COMMIT is next (then txn's before-commit point).
 	fpAfterInsert = "replay/after-insert"
 )
 

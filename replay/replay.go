@@ -16,13 +16,13 @@
 // and the job type's definition FOR SHARE; a conflict found before the
 // source lock, a mismatch and a NotFound lock nothing.
 //
-// Round trips: the statements of the protocol are sent in
-// pgx batches (pipelines) so that a replay costs three round trips to the
-// server instead of nine: [BEGIN READ COMMITTED + lineage lookup], [source
-// lock + second lookup + classification read], [insert + COMMIT]. An
-// idempotent retry costs two ([BEGIN + lookup], [COMMIT]); a mismatch or
-// NotFound three. In a caller's transaction the isolation check rides on
-// the first lookup. See docs/PERFORMANCE.md.
+// Round trips: every outcome costs one. An attempt's statements (the
+// lineage lookup, the source lock, the second lookup, the classification
+// read and the insert; in SucceededJob between BEGIN and COMMIT) travel in
+// one pipeline, each guarded in SQL by what the ones before it found. More
+// round trips only where they cannot be avoided: a ROLLBACK after an
+// error, another attempt of the bounded lock loop, and the re-read of a
+// source that looks workflow-managed. See docs/PERFORMANCE.md.
 //
 // List and Origin read the lineage this package writes: the replays made
 // from a job, and the job a replay was made from.
@@ -30,7 +30,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -38,12 +37,9 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
-	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
-	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // MaxSourceLockAttempts bounds the source lock loop. The loop repeats only
@@ -62,47 +58,28 @@ const (
 // SucceededJob replays a succeeded job in a transaction of its own.
 //
 // It validates the request before taking a connection (an invalid request
-// fails the same way on a closed pool), begins a READ COMMITTED transaction
-// (overriding any session default), and commits every outcome, including
-// ExpectationMismatch and NotFound, which wrote nothing. Any error rolls
-// back. A failed COMMIT returns an error matching
-// runledger.ErrCommitUnconfirmed: the replay may or may not exist; repeat
-// the call with the same key and reason to find out (it is idempotent).
-// If ctx ends while waiting for a lock, it rolls back and returns an error
-// wrapping ctx's error.
-//
-// The transaction runs on a connection acquired from pool, with BEGIN sent
-// in one batch with the first lookup and COMMIT in one batch with the
-// insert (see the package doc). A statement error in that last batch
-// stops it before COMMIT, so the transaction is rolled back and the
-// statement's error returned; if the connection fails while that batch is
-// in flight without the server having reported an error for the insert,
-// the COMMIT may have run and the error matches ErrCommitUnconfirmed. A
-// connection left in a transaction is rolled back, or destroyed by the
-// pool, before it is released.
+// fails the same way on a closed pool), then sends BEGIN READ COMMITTED
+// (overriding any session default), the protocol's statements and COMMIT
+// in one round trip, and commits every outcome, including
+// ExpectationMismatch and NotFound, which wrote nothing. A statement error
+// stops the batch before COMMIT: the transaction rolls back and that
+// statement's error is returned. A failed COMMIT, or a connection lost
+// after the batch was sent without the server reporting an error, returns
+// an error matching runledger.ErrCommitUnconfirmed: the replay may or may
+// not exist; repeat the call with the same key and reason (it is
+// idempotent). If ctx ends while a statement waits for a lock, the server
+// is asked to cancel it, the transaction rolls back, and the error wraps
+// ctx's error.
 func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := pool.Acquire(ctx)
+	s, err := txn.Own(ctx, pool, ownedOperation)
 	if err != nil {
-		return nil, dberr.Translate(ctx, "begin "+ownedOperation+" transaction", err)
-	}
-	s := &session{c: c, owned: true}
-	out, err := run(ctx, s, req)
-	if err != nil {
-		abandon(ctx, c)
 		return nil, err
 	}
-	if !s.committed {
-		failpoint.Inject(ctx, txn.FailpointBeforeCommit, txn.FailpointCall{Op: ownedOperation})
-		if err := commit(ctx, c); err != nil {
-			abandon(ctx, c)
-			return nil, err
-		}
-	}
-	c.Release()
-	return out, nil
+	defer s.End(ctx)
+	return run(ctx, s, req)
 }
 
 // SucceededJobTx replays a succeeded job inside the caller's transaction,
@@ -111,55 +88,37 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 // It validates the request, then refuses any isolation level but READ
 // COMMITTED (errs.ReplayUnsupportedIsolation), since the protocol
 // relies on each statement seeing what concurrent replays committed; the
-// refusal reads and locks nothing (the isolation probe and the first
-// lineage lookup are one statement, which looks for lineage only under
-// READ COMMITTED). Locks it takes last until the caller's transaction ends:
-// after an Existing outcome workers skip the replay job, and after a
-// conflict found once the source was locked the source stays locked. On an
-// error the caller should roll back.
+// refusal reads and locks nothing. The statements travel in one round
+// trip, as in SucceededJob without BEGIN and COMMIT. Locks it takes last
+// until the caller's transaction ends: after an Existing outcome workers
+// skip the replay job, and after a conflict found once the source was
+// locked the source stays locked. On an error the caller should roll back.
 func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	return run(ctx, &session{c: tx}, req)
+	return run(ctx, txn.Join(tx, txOperation), req)
 }
 
 var queries = db.New()
 
-// session is one run of the operation on a connection.
-type session struct {
-	c conn
-	// owned: c is a pooled connection and the operation runs its
-	// transaction by hand (SucceededJob); otherwise c is the caller's
-	// transaction.
-	owned bool
-	// committed: the insert's batch carried COMMIT, and it succeeded.
-	committed bool
-}
-
-// run is the body shared by both entry points.
-func run(ctx context.Context, s *session, req Request) (Outcome, error) {
-	// 1. Lineage first: an idempotent retry ends here, whatever the source's
-	// state is now, holding only the replay row lock.
-	found, err := s.findExisting(ctx, req)
-	if err != nil {
-		return nil, err
+// run is the body shared by both entry points: the bounded lock loop, one
+// round trip per attempt.
+func run(ctx context.Context, s *txn.Session, req Request) (Outcome, error) {
+	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
+		a, err := sendAttempt(ctx, s, req, attempt)
+		if err != nil {
+			return nil, err
+		}
+		out, retry, err := decide(ctx, s, req, a)
+		if !retry {
+			return out, err
+		}
+		// Eligible to the classification read but not when the locking
+		// read ran (the row changed between the two): try again.
 	}
-	if found != nil {
-		return existingOutcome(req, *found)
-	}
-	failpoint.Inject(ctx, fpAfterLookup, call(req, 0))
-	// 2. Lock the source while it is eligible, or classify why it is not;
-	// 3. in the same round trip, once it is locked, look up the lineage
-	// again: a concurrent identical request may have committed its replay
-	// while this one waited for the lock.
-	source, out, err := lockSource(ctx, s, req)
-	if out != nil || err != nil {
-		return out, err
-	}
-	failpoint.Inject(ctx, fpAfterSourceLock, call(req, 0))
-	// 4. Create the replay, its event and the lineage in one statement.
-	return insertReplay(ctx, s, req, source)
+	return nil, errs.ReplaySourceUnstable.Newf("job replay source %s stayed eligible to the unlocked read but not to the locking read after %d attempts",
+		req.SourceJobID, MaxSourceLockAttempts)
 }
 
 // lineage is a lineage row of the request as a lookup returns it: the
@@ -170,54 +129,6 @@ type lineage struct {
 	reason      string
 	status      *db.JobStatus
 	runNumber   *int32
-}
-
-// findExisting runs the first lineage lookup, with the isolation probe, in
-// the first round trip: owned, in one batch behind BEGIN READ COMMITTED;
-// in a caller's transaction, alone, refusing an isolation level other than
-// READ COMMITTED (under which the statement has read and locked nothing).
-// It returns nil when there is no lineage.
-func (s *session) findExisting(ctx context.Context, req Request) (*lineage, error) {
-	params := db.JobReplayGetForRequestParams{
-		SourceJobID:      req.SourceJobID,
-		SourceRunNumber:  req.ExpectedRunNumber,
-		ReplayRequestKey: req.Key,
-		OrganizationID:   req.Scope.OrganizationIDPtr(),
-		Reason:           req.Reason,
-	}
-	if s.owned {
-		var p pipeline
-		begin := queue(&p, func(q db.DBTX) (struct{}, error) {
-			return struct{}{}, queries.TransactionBeginReadCommitted(ctx, q)
-		})
-		lookup := queue(&p, func(q db.DBTX) (db.JobReplayGetForRequestRow, error) {
-			return queries.JobReplayGetForRequest(ctx, q, params)
-		})
-		batchErr := p.send(ctx, s.c)
-		switch i, err := firstError(batchErr, begin.err, lookup.err); i {
-		case -1:
-		case 0:
-			return nil, dberr.Translate(ctx, "begin "+ownedOperation+" transaction", err)
-		default:
-			return nil, dberr.Translate(ctx, "load existing job replay", err)
-		}
-		if lookup.err != nil { // no row: the statement always returns one
-			return nil, errs.Invariant("lineage lookup returned no row")
-		}
-		failpoint.Inject(ctx, txn.FailpointAfterBegin, txn.FailpointCall{Op: ownedOperation})
-		if !txn.IsReadCommitted(lookup.val.Isolation) {
-			return nil, errs.Invariantf("owned replay transaction runs at %s, not READ COMMITTED", lookup.val.Isolation)
-		}
-		return lineageOf(lookup.val)
-	}
-	row, err := queries.JobReplayGetForRequest(ctx, uuidConn{s.c}, params)
-	if err != nil {
-		return nil, dberr.Translate(ctx, "inspect transaction isolation and load existing job replay", err)
-	}
-	if err := txn.CheckIsolation(row.Isolation, txOperation, errs.ReplayUnsupportedIsolation); err != nil {
-		return nil, err
-	}
-	return lineageOf(row)
 }
 
 func lineageOf(row db.JobReplayGetForRequestRow) (*lineage, error) {
@@ -255,64 +166,5 @@ func existingOutcome(req Request, found lineage) (Outcome, error) {
 		SourceRunNumber: req.ExpectedRunNumber,
 		Disposition:     runledger.DispositionExisting,
 		Replay:          Job{JobID: found.replayJobID, Status: status, RunNumber: *found.runNumber},
-	}, nil
-}
-
-// insertReplay creates the replay of the locked source: in a caller's
-// transaction one statement; owned, that statement and COMMIT in one
-// batch.
-func insertReplay(ctx context.Context, s *session, req Request, source db.JobLockForReplayRow) (Outcome, error) {
-	if key := source.ExecutionResourceKey; key != nil {
-		if err := validate.ExecutionResourceKey(*key); err != nil {
-			return nil, err
-		}
-	}
-	replayID, err := uuid.NewV7()
-	if err != nil {
-		return nil, errs.JobIDFailed.New("generate replay job id: " + err.Error())
-	}
-	params := db.JobReplayInsertParams{
-		SourceJobID:      source.ID,
-		ReplayJobID:      replayID,
-		ReplayRequestKey: req.Key,
-		Reason:           req.Reason,
-	}
-	var row db.JobReplayInsertRow
-	if s.owned {
-		row, err = s.insertAndCommit(ctx, req, params)
-	} else {
-		row, err = queries.JobReplayInsert(ctx, uuidConn{s.c}, params)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			err = dberr.Translate(ctx, "record successful job replay", err)
-		}
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Nothing was written (the statement inserts only through the
-		// definition it found).
-		return nil, errs.DefinitionUnavailableFor(source.JobType)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !s.owned {
-		failpoint.Inject(ctx, fpAfterInsert, call(req, 0))
-	}
-	committed := ""
-	if s.owned {
-		committed = " (the transaction committed)"
-	}
-	switch {
-	case row.ID != replayID || row.SourceJobID != source.ID || row.SourceRunNumber != source.RunNumber:
-		return nil, errs.Invariant("replay insert returned another job or source than requested" + committed)
-	case row.Status != db.JobStatusPENDING || row.RunNumber != 1:
-		return nil, errs.Invariantf("new replay job is %s at run %d, want PENDING at run 1%s", row.Status, row.RunNumber, committed)
-	case row.EventCount != 1 || row.LineageCount != 1:
-		return nil, errs.Invariantf("replay insert wrote %d events and %d lineage rows, want 1 and 1%s", row.EventCount, row.LineageCount, committed)
-	}
-	return Replayed{
-		SourceJobID:     row.SourceJobID,
-		SourceRunNumber: row.SourceRunNumber,
-		Disposition:     runledger.DispositionInserted,
-		Replay:          Job{JobID: row.ID, Status: runledger.JobStatusPending, RunNumber: row.RunNumber},
 	}, nil
 }

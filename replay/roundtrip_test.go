@@ -3,8 +3,6 @@ package replay_test
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -16,117 +14,28 @@ import (
 	"github.com/runledger-go/runledger/replay"
 )
 
-// Round trips are counted on the wire: a net.Conn wrapper, installed with
-// pgx's ConnConfig.DialFunc, counts the client's writes that follow a read
-// from the server (or come first). The client waits for the server between
-// two such writes, so each one starts a round trip; writes in a row (a
-// batch written in pieces) are one.
-
-// tripCounter counts round trips on the connections it wraps.
-type tripCounter struct {
-	mu       sync.Mutex
-	trips    int
-	readLast bool
-}
-
-func (c *tripCounter) wrote() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.readLast {
-		c.trips++
-		c.readLast = false
-	}
-}
-
-func (c *tripCounter) read() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.readLast = true
-}
-
-func (c *tripCounter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trips
-}
-
-type countingConn struct {
-	net.Conn
-	c *tripCounter
-}
-
-func (cc countingConn) Write(b []byte) (int, error) {
-	cc.c.wrote()
-	return cc.Conn.Write(b)
-}
-
-func (cc countingConn) Read(b []byte) (int, error) {
-	n, err := cc.Conn.Read(b)
-	if n > 0 {
-		cc.c.read()
-	}
-	return n, err
-}
-
-// countingPool opens a one-connection pool on a fresh database whose
-// connection counts its round trips. The pool never pings a connection it
-// hands out (pgxpool pings one idle for over a second by default, a round
-// trip of the pool's, not of the operation).
-func countingPool(t testing.TB) (*pgxpool.Pool, *tripCounter) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &tripCounter{readLast: true}
-	dialer := &net.Dialer{}
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: conn, c: counter}, nil
-	}
-	cfg.MaxConns = 1
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, counter
-}
-
-// trips runs fn and returns the round trips it made.
-func trips(c *tripCounter, fn func()) int {
-	before := c.count()
-	fn()
-	return c.count() - before
-}
-
-// The pool-owned path: 3 round trips to insert, 2 for an idempotent retry,
-// 3 for a mismatch or NotFound (the reference protocol: 9, 4, 6 and 6).
-// The caller-transaction path has no BEGIN or COMMIT of its own and folds
-// the isolation check into the first lookup: 3, 1, 2 and 2 (it was 5, 2, 4
-// and 4 with a separate isolation probe and one statement per round trip).
-// Counts are with pgx's prepared-statement cache warm, as in any
-// long-running program; the first use of each statement on a connection
-// costs one more round trip per batch to prepare it.
+// Every outcome costs one round trip, pool-owned (BEGIN to COMMIT in one
+// pipeline) and in a caller's transaction (the reference protocol: 9, 4, 6
+// and 6 on the pool). A conflict found by the first lookup commits a
+// transaction that wrote nothing, so it needs no ROLLBACK. Counts are with
+// pgx's prepared-statement cache warm, as in any long-running program; the
+// first use of each statement on a connection costs one more round trip to
+// prepare them.
 func TestRoundTripsPerPath(t *testing.T) {
 	t.Parallel()
 	ctx := testdb.Context(t)
-	pool, counter := countingPool(t)
+	pool, counter := testdb.CountingPool(t)
 	org := uuid.New()
 
 	// The counter itself: one statement, one round trip (once connected).
 	testdb.Exec(t, pool, `SELECT 1`)
-	if n := trips(counter, func() { testdb.Exec(t, pool, `SELECT 1`) }); n != 1 {
+	if n := testdb.Trips(counter, func() { testdb.Exec(t, pool, `SELECT 1`) }); n != 1 {
 		t.Fatalf("SELECT 1 counted as %d round trips", n)
 	}
 
 	// Warm the connection's statement cache with one call per entry point.
 	warm := testdb.Seed(t, pool, testdb.Succeeded(runledger.Organization(org)))
-	cold := trips(counter, func() {
+	cold := testdb.Trips(counter, func() {
 		testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm", Reason: "r"}))
 	})
 	t.Logf("first owned replay on a fresh connection: %d round trips (statements being prepared)", cold)
@@ -148,12 +57,12 @@ func TestRoundTripsPerPath(t *testing.T) {
 		return err == nil && ok && r.Disposition == runledger.DispositionInserted
 	}
 	paths := []path{
-		{name: "inserted", owned: 3, tx: 3,
+		{name: "inserted", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: newSource(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 			},
 			check: isInserted},
-		{name: "existing", owned: 2, tx: 1,
+		{name: "existing", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"}
 			},
@@ -161,7 +70,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 				r, ok := o.(replay.Replayed)
 				return err == nil && ok && r.Disposition == runledger.DispositionExisting
 			}},
-		{name: "mismatch", owned: 3, tx: 2,
+		{name: "mismatch", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: newSource(), ExpectedRunNumber: 2, Key: "k", Reason: "r"}
 			},
@@ -169,12 +78,12 @@ func TestRoundTripsPerPath(t *testing.T) {
 				_, ok := o.(replay.ExpectationMismatch)
 				return err == nil && ok
 			}},
-		{name: "not found", owned: 3, tx: 2,
+		{name: "not found", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 			},
 			check: func(o replay.Outcome, err error) bool { _, ok := o.(replay.NotFound); return err == nil && ok }},
-		{name: "conflict (rolled back)", owned: 2, tx: 1,
+		{name: "conflict", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "other"}
 			},
@@ -184,14 +93,14 @@ func TestRoundTripsPerPath(t *testing.T) {
 		req := p.req()
 		var out replay.Outcome
 		var err error
-		if n := trips(counter, func() { out, err = replay.SucceededJob(ctx, pool, req) }); !p.check(out, err) || n != p.owned {
+		if n := testdb.Trips(counter, func() { out, err = replay.SucceededJob(ctx, pool, req) }); !p.check(out, err) || n != p.owned {
 			t.Errorf("SucceededJob %s: %d round trips (outcome %T %v), want %d", p.name, n, out, err, p.owned)
 		} else {
 			t.Logf("SucceededJob %s: %d round trips", p.name, n)
 		}
 		req = p.req()
 		inTx(t, ctx, pool, func(tx pgx.Tx) {
-			if n := trips(counter, func() { out, err = replay.SucceededJobTx(ctx, tx, req) }); !p.check(out, err) || n != p.tx {
+			if n := testdb.Trips(counter, func() { out, err = replay.SucceededJobTx(ctx, tx, req) }); !p.check(out, err) || n != p.tx {
 				t.Errorf("SucceededJobTx %s: %d round trips (outcome %T %v), want %d", p.name, n, out, err, p.tx)
 			} else {
 				t.Logf("SucceededJobTx %s: %d round trips", p.name, n)
@@ -205,7 +114,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := trips(counter, func() {
+	if n := testdb.Trips(counter, func() {
 		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"})
 	}); n != 1 || !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) {
 		t.Errorf("refused isolation: %d round trips, err %v; want 1 and the refusal", n, err)

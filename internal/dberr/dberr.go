@@ -169,7 +169,7 @@ func isConnectionFailure(err error) bool {
 	switch {
 	case errors.As(err, &connectErr), pgconn.SafeToRetry(err), pgconn.Timeout(err), errors.As(err, &netErr):
 		return true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.Is(err, pgconn.ErrConnClosed),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
 		return true
 	}

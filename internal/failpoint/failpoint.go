@@ -23,8 +23,14 @@ type Hook func(ctx context.Context, arg any)
 var (
 	mu       sync.Mutex
 	declared = map[string]bool{}
-	active   atomic.Pointer[map[string]Hook]
+	active   atomic.Pointer[map[string]enabled]
 )
+
+// enabled is a hook and the filter of the calls it wants (nil: all).
+type enabled struct {
+	hook  Hook
+	wants func(ctx context.Context) bool
+}
 
 // Declare registers failpoint names. Names are process-wide, so a package
 // prefixes its own ("replay/after-lookup"); declaring a name twice panics.
@@ -45,9 +51,23 @@ func Inject(ctx context.Context, name string, arg any) {
 	if m == nil {
 		return
 	}
-	if h := (*m)[name]; h != nil {
-		h(ctx, arg)
+	if e, ok := (*m)[name]; ok {
+		e.hook(ctx, arg)
 	}
+}
+
+// Wanted reports whether the hook enabled at name wants the call whose
+// context is ctx: a hook enabled with Enable wants every call, one enabled
+// with EnableFor those its filter accepts. An operation that changes its
+// shape so that a hook can run (one round trip sent in two) asks first, so
+// that calls no hook wants keep their shape while other tests run.
+func Wanted(ctx context.Context, name string) bool {
+	m := active.Load()
+	if m == nil {
+		return false
+	}
+	e, ok := (*m)[name]
+	return ok && (e.wants == nil || e.wants(ctx))
 }
 
 // Enable registers hook at name, replacing any hook there, and returns a
@@ -55,23 +75,28 @@ func Inject(ctx context.Context, name string, arg any) {
 // are process-wide: a test that enables one must not run in parallel with
 // other tests reaching the same point, or its hook must ignore calls that
 // are not its own.
-func Enable(name string, hook Hook) (disable func()) {
+func Enable(name string, hook Hook) (disable func()) { return EnableFor(name, hook, nil) }
+
+// EnableFor is Enable with a filter for Wanted: only calls whose context
+// wants accepts ask for the hook (nil accepts all). The hook still runs at
+// every call that reaches the point and should ignore the others.
+func EnableFor(name string, hook Hook, wants func(ctx context.Context) bool) (disable func()) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !declared[name] {
 		panic(fmt.Sprintf("failpoint: %q is not declared", name))
 	}
-	swap(func(m map[string]Hook) { m[name] = hook })
+	swap(func(m map[string]enabled) { m[name] = enabled{hook, wants} })
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
-		swap(func(m map[string]Hook) { delete(m, name) })
+		swap(func(m map[string]enabled) { delete(m, name) })
 	}
 }
 
 // swap publishes a changed copy of the active hooks; mu must be held.
-func swap(change func(map[string]Hook)) {
-	next := map[string]Hook{}
+func swap(change func(map[string]enabled)) {
+	next := map[string]enabled{}
 	if m := active.Load(); m != nil {
 		for k, v := range *m {
 			next[k] = v

@@ -1,7 +1,10 @@
-// Package txn runs operations in transactions the library owns, and checks
-// the isolation of transactions callers own. Both replay and jobs use it,
-// so every owned operation commits, rolls back and reports failures the
-// same way.
+// Package txn is the transaction engine of replay and jobs: a Session sends
+// an operation's generated statements in pipelined batches, with BEGIN
+// riding the first and COMMIT the last in a transaction the library owns,
+// and neither inside a caller's transaction. Rollback, the release of a
+// dirty connection, commit-unconfirmed detection, the cancel of a
+// statement waiting on a lock, and the failpoints between statements live
+// here once. It also checks the isolation of callers' transactions.
 package txn
 
 import (
@@ -10,23 +13,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger/db"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
 )
 
-// Failpoints of owned transactions (ReadCommitted, and replay.SucceededJob,
-// which runs its transaction by hand). Each receives a FailpointCall.
+// Failpoints of owned sessions, each fired with a FailpointCall. Where
+// BEGIN or COMMIT shares a batch with other statements, the batch is split
+// at the point only while a test enables it (Batch.Point).
 const (
-	// FailpointAfterBegin: the transaction has begun; the operation is
-	// next. In replay.SucceededJob BEGIN travels with the first lookup, and
-	// this point fires once that batch has returned.
+	// FailpointAfterBegin: BEGIN's result is in; the operation's
+	// statements are next.
 	FailpointAfterBegin = "txn/after-begin"
-	// FailpointBeforeCommit: the operation succeeded; COMMIT is next. In
-	// replay.SucceededJob's insert path COMMIT travels with the insert, and
-	// this point fires just before that batch is sent.
+	// FailpointBeforeCommit: the statements before COMMIT have their
+	// results; COMMIT is next.
 	FailpointBeforeCommit = "txn/before-commit"
 )
 
@@ -38,37 +40,34 @@ type FailpointCall struct {
 	Op string
 }
 
-// Beginner starts transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
-// savepoint) satisfy it.
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
 // RollbackTimeout bounds the rollback of a failed owned transaction; it runs
 // even when the caller's context is already done.
 const RollbackTimeout = 5 * time.Second
 
-// ReadCommitted runs fn in a new READ COMMITTED transaction (set explicitly,
-// overriding any session default) named op in error details. It commits
-// when fn returns nil and rolls back otherwise, returning fn's error; a
-// failed rollback is not reported (the connection is discarded by pgx and
-// the server rolls back). A failed COMMIT returns an error matching
+// ReadCommitted runs fn in a new READ COMMITTED transaction of an owned
+// Session, for operations whose statements depend on each other's results
+// in Go (fn runs them one by one on q): BEGIN and COMMIT each cost a round
+// trip of their own. It commits when fn returns nil and rolls back
+// otherwise, returning fn's error. A failed COMMIT returns an error matching
 // runledger.ErrCommitUnconfirmed: the outcome is unknown.
-func ReadCommitted[T any](ctx context.Context, b Beginner, op string, fn func(pgx.Tx) (T, error)) (T, error) {
+func ReadCommitted[T any](ctx context.Context, pool *pgxpool.Pool, op string, fn func(q db.DBTX) (T, error)) (T, error) {
 	var zero T
-	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	s, err := Own(ctx, pool, op)
 	if err != nil {
-		return zero, dberr.Translate(ctx, "begin "+op+" transaction", err)
-	}
-	failpoint.Inject(ctx, FailpointAfterBegin, FailpointCall{Op: op})
-	out, err := fn(tx)
-	if err != nil {
-		Rollback(ctx, tx)
 		return zero, err
 	}
-	failpoint.Inject(ctx, FailpointBeforeCommit, FailpointCall{Op: op})
-	if err := tx.Commit(ctx); err != nil {
-		return zero, dberr.CommitUnconfirmed("commit "+op+" transaction", err)
+	defer s.End(ctx)
+	if err := s.Batch(ctx).Send(ctx); err != nil {
+		return zero, err
+	}
+	out, err := fn(s.DB())
+	if err != nil {
+		return zero, err
+	}
+	b := s.Batch(ctx)
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return zero, err
 	}
 	return out, nil
 }
@@ -102,17 +101,6 @@ func IsReadCommitted(level string) bool {
 		return true
 	}
 	return false
-}
-
-// RequireReadCommitted reads the isolation of the caller's transaction and
-// returns a copy of refusal, with the level in its detail, unless it
-// behaves as READ COMMITTED.
-func RequireReadCommitted(ctx context.Context, tx pgx.Tx, what string, refusal errs.Kind) error {
-	level, err := db.New().TransactionGetIsolation(ctx, tx)
-	if err != nil {
-		return dberr.Translate(ctx, "inspect transaction isolation", err)
-	}
-	return CheckIsolation(level, what, refusal)
 }
 
 // CheckIsolation returns nil when level behaves as READ COMMITTED, and

@@ -1,4 +1,4 @@
-package replay
+package txn
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/runledger-go/runledger/db"
 )
 
 // The generated statements take and return github.com/google/uuid values.
@@ -81,14 +83,14 @@ func (r uuidRow) Scan(dest ...any) error {
 }
 
 // errNullUUID mirrors what scanning NULL into a uuid.UUID reports.
-var errNullUUID = errorString("replay: cannot scan NULL into a uuid.UUID")
+var errNullUUID = errorString("txn: cannot scan NULL into a uuid.UUID")
 
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
 // uuidConn runs generated statements on c with uuidArgs and uuidRow.
-type uuidConn struct{ c conn }
+type uuidConn struct{ c db.DBTX }
 
 func (u uuidConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return u.c.Exec(ctx, sql, uuidArgs(args)...)
