@@ -73,8 +73,8 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledg
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	return txn.ReadCommitted(ctx, pool, "job claim", func(tx pgx.Tx) ([]runledger.Job, error) {
-		return claim(ctx, tx, req)
+	return txn.ReadCommitted(ctx, pool, "job claim", func(q db.DBTX) ([]runledger.Job, error) {
+		return claim(ctx, q, req)
 	})
 }
 
@@ -91,7 +91,7 @@ func ClaimTx(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job,
 	return claim(ctx, tx, req)
 }
 
-func claim(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, error) {
+func claim(ctx context.Context, tx db.DBTX, req ClaimRequest) ([]runledger.Job, error) {
 	types := req.JobTypes
 	if types == nil {
 		types = []string{} // NULL would match nothing.
@@ -151,7 +151,7 @@ func claim(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, e
 // that carry a key (one per key, the first in claim order) and reports
 // which got theirs. A key held by a live claim stays with its holder; the
 // statement waits for an uncommitted competitor for the same key first.
-func acquireResources(ctx context.Context, tx pgx.Tx, candidates []db.JobLockForClaimRow, workerID string, leaseSeconds float64) (map[uuid.UUID]bool, error) {
+func acquireResources(ctx context.Context, tx db.DBTX, candidates []db.JobLockForClaimRow, workerID string, leaseSeconds float64) (map[uuid.UUID]bool, error) {
 	var keyed []uuid.UUID
 	for _, c := range candidates {
 		if c.ExecutionResourceKey != nil {

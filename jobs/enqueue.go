@@ -144,10 +144,15 @@ func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (Enque
 	if !req.keyed() {
 		return enqueueUnkeyed(ctx, pool, params)
 	}
-	return txn.ReadCommitted(ctx, pool, "keyed job enqueue", func(tx pgx.Tx) (EnqueueResult, error) {
-		return enqueueKeyed(ctx, tx, req, params)
-	})
+	s, err := txn.Own(ctx, pool, keyedOperation)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	defer s.End(ctx)
+	return enqueueKeyed(ctx, s, req, params)
 }
+
+const keyedOperation = "keyed job enqueue"
 
 // EnqueueTx is Enqueue inside the caller's transaction, which it never
 // commits or rolls back. A keyed request requires READ COMMITTED (else
@@ -168,10 +173,7 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResul
 	if !req.keyed() {
 		return enqueueUnkeyed(ctx, tx, params)
 	}
-	if err := txn.RequireReadCommitted(ctx, tx, "keyed job enqueue", errs.EnqueueUnsupportedIsolation); err != nil {
-		return EnqueueResult{}, err
-	}
-	return enqueueKeyed(ctx, tx, req, params)
+	return enqueueKeyed(ctx, txn.Join(tx, keyedOperation), req, params)
 }
 
 // requestSnapshot is the canonical form of a keyed request, stored in
@@ -282,64 +284,81 @@ func enqueueUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (Enqu
 	return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 }
 
-// enqueueKeyed inserts a keyed job or resolves the existing one; tx is
-// READ COMMITTED, so the lookup after an insert that did nothing sees the
+// keyRow is the job holding a key, as either scope's lookup returns it.
+type keyRow struct {
+	job  db.JobQueue
+	same bool
+}
+
+// enqueueKeyed inserts a keyed job or resolves the existing one in one
+// round trip: [BEGIN READ COMMITTED,] the insert (ON CONFLICT DO NOTHING),
+// the lookup that locks the job holding the key, guarded in SQL to run only
+// when the insert wrote nothing[, COMMIT]. In a caller's transaction the
+// isolation probe goes first, and the insert and lookup run only under READ
+// COMMITTED, so that the lookup after an insert that did nothing sees the
 // row that made it do nothing.
-func enqueueKeyed(ctx context.Context, tx pgx.Tx, req EnqueueRequest, p db.JobEnqueueParams) (EnqueueResult, error) {
-	job, ok, err := insertJob(ctx, tx, p)
-	if err != nil {
+func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.JobEnqueueParams) (EnqueueResult, error) {
+	b := s.Batch(ctx)
+	var iso *txn.Step[string]
+	if !s.Owned() {
+		iso = txn.Queue(b, "inspect transaction isolation", func(q db.DBTX) (string, error) {
+			return queries.TransactionGetIsolation(ctx, q)
+		})
+	}
+	ins := txn.Queue(b, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
+		return queries.JobEnqueue(ctx, q, p)
+	})
+	lock := txn.Queue(b, "lock job by idempotency key", func(q db.DBTX) (keyRow, error) {
+		if p.OrganizationID == nil {
+			r, err := queries.JobLockByIdempotencyKeyGlobal(ctx, q, db.JobLockByIdempotencyKeyGlobalParams{
+				EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
+			})
+			return keyRow{r.JobQueue, r.SameRequest}, err
+		}
+		r, err := queries.JobLockByIdempotencyKeyOrg(ctx, q, db.JobLockByIdempotencyKeyOrgParams{
+			EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, OrganizationID: p.OrganizationID,
+			IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
+		})
+		return keyRow{r.JobQueue, r.SameRequest}, err
+	})
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
 		return EnqueueResult{}, err
 	}
-	if ok {
+	if iso != nil {
+		if err := txn.CheckIsolation(iso.Val, keyedOperation, errs.EnqueueUnsupportedIsolation); err != nil {
+			if ins.Row() || lock.Row() {
+				return EnqueueResult{}, errs.Invariant("keyed enqueue statements ran under a refused isolation level")
+			}
+			return EnqueueResult{}, err
+		}
+	}
+	if ins.Row() {
+		if lock.Row() {
+			return EnqueueResult{}, errs.Invariant("idempotency key lookup ran after an insert that wrote the job")
+		}
+		if ins.Val.ID != p.ID {
+			return EnqueueResult{}, errs.Invariant("enqueue returned another job than the one inserted")
+		}
+		job, err := rows.Job(db.JobQueue(ins.Val))
+		if err != nil {
+			return EnqueueResult{}, err
+		}
 		return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 	}
-	existing, same, found, err := lockByKey(ctx, tx, p)
-	if err != nil {
-		return EnqueueResult{}, err
-	}
-	if found {
-		if !same {
+	if lock.Row() {
+		existing, err := rows.Job(lock.Val.job)
+		if err != nil {
+			return EnqueueResult{}, err
+		}
+		if !lock.Val.same {
 			return EnqueueResult{}, errs.IdempotencyConflict.New(
 				fmt.Sprintf("job %s of type %q in scope %s holds idempotency key %q with a different request",
 					existing.ID, req.JobType, req.Scope, req.IdempotencyKey))
 		}
 		return EnqueueResult{Job: existing, Disposition: runledger.DispositionExisting}, nil
 	}
-	return EnqueueResult{}, explainEmptyInsert(ctx, tx, req)
-}
-
-// lockByKey finds the job holding the request's key in its scope and locks
-// it FOR NO KEY UPDATE; same reports whether its stored request equals this
-// one.
-func lockByKey(ctx context.Context, tx pgx.Tx, p db.JobEnqueueParams) (job runledger.Job, same, found bool, err error) {
-	var row db.JobQueue
-	if p.OrganizationID == nil {
-		r, qerr := queries.JobLockByIdempotencyKeyGlobal(ctx, tx, db.JobLockByIdempotencyKeyGlobalParams{
-			EnqueueRequest: p.EnqueueRequest,
-			JobType:        p.JobType,
-			IdempotencyKey: p.IdempotencyKey,
-		})
-		row, same, err = r.JobQueue, r.SameRequest, qerr
-	} else {
-		r, qerr := queries.JobLockByIdempotencyKeyOrg(ctx, tx, db.JobLockByIdempotencyKeyOrgParams{
-			EnqueueRequest: p.EnqueueRequest,
-			JobType:        p.JobType,
-			OrganizationID: p.OrganizationID,
-			IdempotencyKey: p.IdempotencyKey,
-		})
-		row, same, err = r.JobQueue, r.SameRequest, qerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.Job{}, false, false, nil
-	}
-	if err != nil {
-		return runledger.Job{}, false, false, dberr.Translate(ctx, "lock job by idempotency key", err)
-	}
-	job, err = rows.Job(row)
-	if err != nil {
-		return runledger.Job{}, false, false, err
-	}
-	return job, same, true, nil
+	return EnqueueResult{}, explainEmptyInsert(ctx, s.DB(), req)
 }
 
 // errIdempotencyMissingExisting is the Internal error of a keyed enqueue
@@ -354,7 +373,7 @@ var errIdempotencyMissingExisting = errs.Internal("job.idempotency_conflict_miss
 // between the two statements (deleted); that is reported as an Internal
 // error rather than as a definition problem. Retrying the request resolves
 // it either way.
-func explainEmptyInsert(ctx context.Context, tx pgx.Tx, req EnqueueRequest) error {
+func explainEmptyInsert(ctx context.Context, tx db.DBTX, req EnqueueRequest) error {
 	def, err := queries.JobDefinitionGetByJobType(ctx, tx, req.JobType)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !def.IsEnabled) {
 		return errs.DefinitionUnavailableFor(req.JobType)

@@ -29,8 +29,8 @@ func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([
 	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
-	return txn.ReadCommitted(ctx, pool, "expired lease recovery", func(tx pgx.Tx) ([]runledger.Job, error) {
-		return recoverExpired(ctx, tx, limit)
+	return txn.ReadCommitted(ctx, pool, "expired lease recovery", func(q db.DBTX) ([]runledger.Job, error) {
+		return recoverExpired(ctx, q, limit)
 	})
 }
 
@@ -44,7 +44,7 @@ func RecoverExpiredLeasesTx(ctx context.Context, tx pgx.Tx, limit int) ([]runled
 	return recoverExpired(ctx, tx, limit)
 }
 
-func recoverExpired(ctx context.Context, tx pgx.Tx, limit int) ([]runledger.Job, error) {
+func recoverExpired(ctx context.Context, tx db.DBTX, limit int) ([]runledger.Job, error) {
 	recovered, err := queries.JobRecoverExpiredLeases(ctx, tx, int32(limit))
 	if err != nil {
 		return nil, dberr.Translate(ctx, "recover expired job leases", err)

@@ -63,8 +63,8 @@ func EnqueueWorkflowStep(ctx context.Context, pool *pgxpool.Pool, req WorkflowSt
 	if err := req.Validate(); err != nil {
 		return WorkflowStepJob{}, err
 	}
-	return txn.ReadCommitted(ctx, pool, "workflow step enqueue", func(tx pgx.Tx) (WorkflowStepJob, error) {
-		return enqueueWorkflowStep(ctx, tx, req)
+	return txn.ReadCommitted(ctx, pool, "workflow step enqueue", func(q db.DBTX) (WorkflowStepJob, error) {
+		return enqueueWorkflowStep(ctx, q, req)
 	})
 }
 
@@ -78,7 +78,7 @@ func EnqueueWorkflowStepTx(ctx context.Context, tx pgx.Tx, req WorkflowStepReque
 	return enqueueWorkflowStep(ctx, tx, req)
 }
 
-func enqueueWorkflowStep(ctx context.Context, tx pgx.Tx, req WorkflowStepRequest) (WorkflowStepJob, error) {
+func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepRequest) (WorkflowStepJob, error) {
 	params, err := enqueueParams(req.Job)
 	if err != nil {
 		return WorkflowStepJob{}, err

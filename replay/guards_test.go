@@ -44,7 +44,7 @@ func TestLookupHitLocksNothingMore(t *testing.T) {
 			if r := testdb.MustReplayed(t)(out, err); r.Disposition != runledger.DispositionExisting || r.Replay.JobID != first.Replay.JobID {
 				t.Fatalf("reason %q: %+v", reason, r)
 			}
-		} else if !errors.Is(err, runledger.ErrReplayIdempotencyConflict) {
+		} else if !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
 			t.Fatalf("reason %q: %T %v, want the conflict", reason, out, err)
 		}
 		if n := tuplesRead(t, tx, "job_definitions") - defsBefore; n != 0 {
@@ -237,7 +237,7 @@ func TestEveryExecMode(t *testing.T) {
 				if first.Disposition != runledger.DispositionInserted || again.Disposition != runledger.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
 					t.Fatalf("owned=%v: %+v then %+v", owned, first, again)
 				}
-				if _, err := do(replay.Request{Scope: org, SourceJobID: src, ExpectedRunNumber: 1, Key: "k", Reason: "other"}); !errors.Is(err, runledger.ErrReplayIdempotencyConflict) {
+				if _, err := do(replay.Request{Scope: org, SourceJobID: src, ExpectedRunNumber: 1, Key: "k", Reason: "other"}); !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
 					t.Fatalf("owned=%v: conflict: %v", owned, err)
 				}
 				if out, err := do(replay.Request{Scope: org, SourceJobID: src, ExpectedRunNumber: 2, Key: "k2", Reason: "r"}); err != nil {
