@@ -18,18 +18,20 @@ var benchCmd = &command{
 so the lineage table is as large), then for each number of clients and
 each path runs replay.SucceededJob in a loop for --duration after a
 --warmup, and prints throughput and p50/p95/p99 latency per path:
-inserted (a new key: a replay is created, 3 round trips), existing (an
-idempotent retry, 2), mismatch (a stale expected run, 3) and not_found (a
-missing job, 3). A progress line shows while a run goes on (on stderr).
+inserted (a new key: a replay is created), existing (an idempotent
+retry), mismatch (a stale expected run) and not_found (a missing job),
+each one round trip. A progress line shows while a run goes on (on stderr).
 
 With --compare-pgbench it runs, right after each Go run and against the
 same database, the pgbench scripts doing the same work (shipped in
-cmd/runledger/internal/bench/scripts, embedded in the binary): the reference protocol, one
-statement per round trip (9, 4, 6 and 6 round trips), and this project's
-pipelined protocol (\startpipeline, the same statements and round trips as
-the Go client); then prints the ratios Go/pgbench per path and client
-count. pgbench is looked for next to the PostgreSQL server binaries (where
-the throwaway server's come from), then on PATH (or give --pgbench).
+cmd/runledger/internal/bench/scripts, embedded in the binary): the
+reference protocol, one statement per round trip (9, 4, 6 and 6 round
+trips); the three-round-trip pipeline this project used before (3, 2, 3
+and 3); and this project's protocol (\startpipeline, the same statements
+in the same one round trip as the Go client); then prints the ratios
+Go/pgbench per path and client count. pgbench is looked for next to the
+PostgreSQL server binaries (where the throwaway server's come from), then
+on PATH (or give --pgbench).
 
 --added-rtt adds a fixed latency to every round trip, through a loopback
 TCP proxy that holds each chunk a client sends, so the effect of round
@@ -60,7 +62,7 @@ column); 1 the database or pgbench could not be run; 2 bad flags.`,
 		rounds := fs.intDefault("rounds", 1, "`N`: repeat each run N times, rotating the order of Go and the pgbench scripts, and report them together.")
 		rtt := fs.str("added-rtt", "`D[,D...]`: latency added to every round trip through a loopback proxy (default 0: direct).")
 		paths := fs.list("paths", "`P[,P...]`: paths to run: inserted, existing, mismatch, not_found (default all).")
-		compare := fs.boolean("compare-pgbench", false, "Also run the pgbench scripts (reference and pipelined) and print the ratios.")
+		compare := fs.boolean("compare-pgbench", false, "Also run the pgbench scripts (reference, three-round-trip and pipelined) and print the ratios.")
 		cancelable := fs.boolean("cancelable-context", false, "Give every Go call a cancelable context, as a request handler would (pgx then watches it with a goroutine per round trip); by default the calls' context cannot be canceled.")
 		pgbenchBin := fs.str("pgbench", "`PATH`: the pgbench binary.")
 		durable := fs.boolean("durable", false, "Throwaway server: only the durable one (fsync on).")

@@ -110,16 +110,22 @@ func (r *Report) ratios(w io.Writer, k groupKey) {
 		if !k.match(res) || res.Client != ClientGo {
 			continue
 		}
-		ref, okRef := r.find(k, res.Path, ClientPgbenchReference, res.Clients)
-		pipe, okPipe := r.find(k, res.Path, ClientPgbenchPipelined, res.Clients)
-		if !okRef && !okPipe {
+		type cell struct {
+			ok  bool
+			res Result
+		}
+		var cells []cell
+		found := false
+		for _, c := range []string{ClientPgbenchReference, ClientPgbenchThreeTrip, ClientPgbenchPipelined} {
+			other, ok := r.find(k, res.Path, c, res.Clients)
+			found = found || ok
+			cells = append(cells, cell{ok, other})
+		}
+		if !found {
 			continue
 		}
 		line := fmt.Sprintf("%s\t%d\t", res.Path, res.Clients)
-		for _, p := range []struct {
-			ok  bool
-			res Result
-		}{{okRef, ref}, {okPipe, pipe}} {
+		for _, p := range cells {
 			if p.ok && p.res.PerSecond > 0 && p.res.P50 > 0 {
 				line += fmt.Sprintf("%.2fx\t%.2fx\t", res.PerSecond/p.res.PerSecond, res.P50/p.res.P50)
 			} else {
@@ -133,7 +139,7 @@ func (r *Report) ratios(w io.Writer, k groupKey) {
 	}
 	fmt.Fprintln(w, "\n  Go / pgbench (throughput ratio: above 1 means Go is faster; p50 ratio: below 1 means Go is faster)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tclients\tops/s vs reference\tp50 vs reference\tops/s vs pipelined\tp50 vs pipelined\t")
+	fmt.Fprintln(tw, "path\tclients\tops/s vs reference\tp50 vs reference\tops/s vs 3-trip\tp50 vs 3-trip\tops/s vs pipelined\tp50 vs pipelined\t")
 	for _, l := range lines {
 		fmt.Fprintln(tw, l)
 	}
