@@ -223,3 +223,18 @@ func TestCanceledStatementWrapsContext(t *testing.T) {
 		t.Fatalf("canceled statement (%v) translated to %v, want transient wrapping context.DeadlineExceeded", err, out)
 	}
 }
+
+// TestClosedConnectionIsTransient: a connection that failed earlier in the
+// same operation makes pgx answer pgconn.ErrConnClosed, which it does not
+// mark safe to retry (seen when a restart cuts a BEGIN); the connection is
+// lost, nothing more was done on it, so it is transient.
+func TestClosedConnectionIsTransient(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("begin: %w", pgconn.ErrConnClosed)
+	if pgconn.SafeToRetry(err) {
+		t.Fatal("pgconn.ErrConnClosed is safe to retry: this test no longer covers the case")
+	}
+	if out := dberr.Translate(context.Background(), "begin transaction", err); !runledger.IsTransient(out) {
+		t.Fatalf("translated %v to %v, want transient", err, out)
+	}
+}
