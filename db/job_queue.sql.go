@@ -330,17 +330,15 @@ type JobEnqueueRow struct {
 }
 
 // JobEnqueue inserts a job and its ENQUEUED event in one statement. The
-// job type's definition must exist and be enabled; it is read FOR SHARE, so
-// a definition change waits for this transaction. A NULL setting takes the
-// definition's default; a NULL next_run_at means now() (stage queued; a
-// future time gives stage scheduled). For a keyed job (idempotency_key set,
-// with its canonical enqueue_request) an existing job with the same type,
-// scope and key makes this insert nothing (ON CONFLICT DO NOTHING, which
-// waits for an uncommitted competitor first). No row comes back when the
-// definition is missing or disabled or the key is taken; nothing is written
-// then. A keyed insert runs only under READ COMMITTED (the lookup behind it
-// must see a competitor's committed row): under another isolation it reads
-// and writes nothing, and the caller refuses.
+// job type's definition must be enabled; it is read FOR SHARE, so a
+// definition change waits. NULL settings take the definition's defaults; a
+// NULL next_run_at means now() (stage queued; a future time: scheduled).
+// A keyed job (idempotency_key and enqueue_request set) whose type, scope
+// and key are taken inserts nothing (ON CONFLICT DO NOTHING, after waiting
+// for an uncommitted competitor); a keyed insert runs only under READ
+// COMMITTED, else it reads and writes nothing and the caller refuses. No
+// row, and nothing written, when the definition is missing or disabled or
+// the key is taken.
 func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams) (JobEnqueueRow, error) {
 	row := db.QueryRow(ctx, jobEnqueue,
 		arg.JobType,
@@ -631,16 +629,12 @@ type JobGetForReplayClassificationRow struct {
 }
 
 // JobGetForReplayClassification reads the replay source in the caller's
-// scope without any lock, to tell NotFound, a mismatch and a
-// workflow-managed source apart once the locking read found nothing (so a
-// rejected request leaves no row lock behind). In a pipeline it reads only
-// while runledger.replay is @run_if ('<token>/missing': the attempt's lock
-// missed); with @run_if NULL it always reads. job is the whole
-// row as one jsonb column, decoded only for a mismatch: one column keeps
-// the row description small on the paths that read nothing. Its
-// timestamps are rewritten in UTC ("...Z"), so they parse as RFC 3339
-// whatever the session's TimeZone (whose historic offsets can have
-// seconds) and for any year from 1 to 9999.
+// scope without a lock, to tell NotFound, a mismatch and a workflow-managed
+// source apart once the locking read missed. In a pipeline it runs only
+// while runledger.replay is @run_if; with @run_if NULL it always reads.
+// job is the whole row as one jsonb value (decoded only for a mismatch),
+// its timestamps in UTC so that they parse as RFC 3339 whatever the
+// session's TimeZone, for any year from 1 to 9999.
 func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, arg JobGetForReplayClassificationParams) (JobGetForReplayClassificationRow, error) {
 	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.ID, arg.OrganizationID, arg.RunIf)
 	var i JobGetForReplayClassificationRow
@@ -1429,13 +1423,12 @@ type JobLockForReplayRow struct {
 
 // JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is
 // eligible: in the caller's exact scope, SUCCEEDED at the expected run, in
-// no workflow step. NO KEY UPDATE composes with the lineage insert's KEY
-// SHARE foreign-key check while two replays of one source serialize here;
-// a waiter re-checks the conditions on the newest row. It runs only while
-// runledger.replay is '<token>/missing' (the attempt's lineage lookup found
-// nothing; guarded off it reads and locks nothing), and only for a row it
-// returns does it set '<token>/locked' (outer query over a MATERIALIZED
-// CTE), which tells the statements behind it which branch the lock took.
+// no workflow step. NO KEY UPDATE lets the lineage insert's KEY SHARE
+// foreign-key check through while two replays of one source serialize
+// here; a waiter re-checks the conditions on the newest row. It runs only
+// while runledger.replay is '<token>/missing' (else it reads and locks
+// nothing), and sets '<token>/locked' only for a row it returns (outer
+// query over a MATERIALIZED CTE).
 func (q *Queries) JobLockForReplay(ctx context.Context, db DBTX, arg JobLockForReplayParams) (JobLockForReplayRow, error) {
 	row := db.QueryRow(ctx, jobLockForReplay,
 		arg.Token,

@@ -7,7 +7,6 @@ package db
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -92,19 +91,15 @@ type JobReplayGetForRequestRow struct {
 	Marker          string
 }
 
-// JobReplayGetForRequest finds the lineage of one replay request (source,
-// run, request key) in the caller's scope, checked null-safe on the
-// source. When the stored reason equals @reason it locks the replay job
-// FOR NO KEY UPDATE (its status and run then hold until the transaction
-// ends; workers' SKIP LOCKED claims pass it by); otherwise it locks
-// nothing. It is also the isolation probe: it always returns one row with
-// the transaction's level, and looks for lineage only under READ
-// COMMITTED. It opens a replay attempt's pipeline by setting the
-// transaction-local marker runledger.replay that guards the statements
-// behind it: '<token>/missing' lets the source lock run; '<token>/found'
-// (a lineage hit) and '<token>/refused' (another isolation) turn every
-// later statement off. (LEFT JOIN of CTEs, not LATERAL: sqlc would type
-// the lateral's columns NOT NULL.)
+// JobReplayGetForRequest opens a replay attempt. It always returns one row:
+// the transaction's isolation and, under READ COMMITTED only, the lineage of
+// the request (source, run, key; the source in the caller's scope,
+// null-safe). When the stored reason equals @reason it locks the replay job
+// FOR NO KEY UPDATE (workers' SKIP LOCKED claims pass it by); otherwise it
+// locks nothing. It sets the transaction-local marker runledger.replay
+// that guards the statements behind it: '<token>/missing' lets the source
+// lock run; '<token>/found' and '<token>/refused' turn them all off. LEFT
+// JOINs of CTEs, not LATERAL, so that sqlc types the columns nullable.
 func (q *Queries) JobReplayGetForRequest(ctx context.Context, db DBTX, arg JobReplayGetForRequestParams) (JobReplayGetForRequestRow, error) {
 	row := db.QueryRow(ctx, jobReplayGetForRequest,
 		arg.Token,
@@ -292,8 +287,7 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 }
 
 const jobReplayListForSource = `-- name: JobReplayListForSource :many
-SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
-       jr.reason, jr.created_at, replay.status AS replay_status, replay.run_number AS replay_run_number
+SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key, jr.reason, jr.created_at, replay.status AS replay_status, replay.run_number AS replay_run_number
 FROM job_replays jr
 JOIN job_queue replay ON replay.id = jr.replay_job_id
 WHERE jr.source_job_id = $1
@@ -307,14 +301,9 @@ type JobReplayListForSourceParams struct {
 }
 
 type JobReplayListForSourceRow struct {
-	ReplayJobID      uuid.UUID
-	SourceJobID      uuid.UUID
-	SourceRunNumber  int32
-	ReplayRequestKey string
-	Reason           string
-	CreatedAt        time.Time
-	ReplayStatus     JobStatus
-	ReplayRunNumber  int32
+	JobReplay       JobReplay
+	ReplayStatus    JobStatus
+	ReplayRunNumber int32
 }
 
 // JobReplayListForSource lists the replays made from a job, oldest first,
@@ -330,12 +319,12 @@ func (q *Queries) JobReplayListForSource(ctx context.Context, db DBTX, arg JobRe
 	for rows.Next() {
 		var i JobReplayListForSourceRow
 		if err := rows.Scan(
-			&i.ReplayJobID,
-			&i.SourceJobID,
-			&i.SourceRunNumber,
-			&i.ReplayRequestKey,
-			&i.Reason,
-			&i.CreatedAt,
+			&i.JobReplay.ReplayJobID,
+			&i.JobReplay.SourceJobID,
+			&i.JobReplay.SourceRunNumber,
+			&i.JobReplay.ReplayRequestKey,
+			&i.JobReplay.Reason,
+			&i.JobReplay.CreatedAt,
 			&i.ReplayStatus,
 			&i.ReplayRunNumber,
 		); err != nil {

@@ -16,11 +16,9 @@ BEGIN ISOLATION LEVEL READ COMMITTED
 `
 
 // TransactionBeginReadCommitted starts a READ COMMITTED transaction,
-// overriding any session default (default_transaction_isolation). It is for
-// operations that run their own transaction by hand on a pooled connection,
-// so that BEGIN can travel in one round trip with the first statement (a
-// pgx batch: the statements still run one after another on the server, and
-// an error skips the rest). pgx's Tx sends the same statement itself.
+// whatever default_transaction_isolation says, so that an owned session
+// can send BEGIN in one batch with its first statements (which still run
+// one after another; an error skips the rest).
 func (q *Queries) TransactionBeginReadCommitted(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, transactionBeginReadCommitted)
 	return err

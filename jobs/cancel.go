@@ -50,19 +50,13 @@ const maxCancelAttempts = 3
 // resource claim until the canceled lease would have expired, so no other
 // job with the key runs beside a worker that has not noticed.
 func Cancel(ctx context.Context, pool *pgxpool.Pool, req CancelRequest) (runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return runledger.Job{}, err
-	}
-	return cancel(ctx, pool, req)
+	return validated(ctx, pool, req, cancel)
 }
 
 // CancelTx is Cancel inside the caller's transaction, which it never
 // commits or rolls back; the job stays locked until it ends.
 func CancelTx(ctx context.Context, tx pgx.Tx, req CancelRequest) (runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return runledger.Job{}, err
-	}
-	return cancel(ctx, tx, req)
+	return validated(ctx, tx, req, cancel)
 }
 
 // cancel runs the compare-and-set cancel; when it matches nothing, an

@@ -85,10 +85,7 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledg
 // transaction fails the claim with a Transient serialization error instead
 // of being passed by.
 func ClaimTx(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	return claim(ctx, tx, req)
+	return validated(ctx, tx, req, claim)
 }
 
 func claim(ctx context.Context, tx db.DBTX, req ClaimRequest) ([]runledger.Job, error) {
@@ -136,15 +133,7 @@ func claim(ctx context.Context, tx db.DBTX, req ClaimRequest) ([]runledger.Job, 
 		// of them must lease.
 		return nil, errs.Invariantf("leased %d of %d locked claim candidates", len(leased), len(ids))
 	}
-	out := make([]runledger.Job, 0, len(leased))
-	for _, r := range leased {
-		j, err := rows.Job(db.JobQueue(r))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, nil
+	return rows.All(leased, func(r db.JobLeaseRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
 }
 
 // acquireResources takes the execution resource claims of the candidates

@@ -83,20 +83,14 @@ func definitionFromRow(r db.JobDefinition) Definition {
 // that type in flight; jobs already enqueued keep the settings they were
 // given.
 func UpsertDefinition(ctx context.Context, pool *pgxpool.Pool, in DefinitionInput) (Definition, error) {
-	if err := in.Validate(); err != nil {
-		return Definition{}, err
-	}
-	return upsertDefinition(ctx, pool, in)
+	return validated(ctx, pool, in, upsertDefinition)
 }
 
 // UpsertDefinitionTx is UpsertDefinition inside the caller's transaction,
 // which it never commits or rolls back. The definition row stays locked
 // until that transaction ends, so enqueues of the type wait for it.
 func UpsertDefinitionTx(ctx context.Context, tx pgx.Tx, in DefinitionInput) (Definition, error) {
-	if err := in.Validate(); err != nil {
-		return Definition{}, err
-	}
-	return upsertDefinition(ctx, tx, in)
+	return validated(ctx, tx, in, upsertDefinition)
 }
 
 func upsertDefinition(ctx context.Context, q db.DBTX, in DefinitionInput) (Definition, error) {

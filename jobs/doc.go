@@ -31,17 +31,13 @@
 // Claim is not scoped: a worker leases due jobs of every tenant. Complete
 // and Fail identify a job by its lease (job id, run, attempt and worker
 // id, as Claim returned them) and take an optional scope. Without one (a
-// nil Scope) they trust the caller as a worker of the whole ledger: anyone
-// who presents a job's current lease can finish it, whatever its tenant.
+// nil Scope) whoever presents a job's current lease can finish it,
+// whatever its tenant, and a refusal says only whether the job id exists.
 // The worker id is the secret part of a lease (runs and attempts are small
-// numbers, and a job's own tenant sees its worker id in scoped reads):
-// keep it from anyone not trusted to finish the job, and use ids that
-// cannot be guessed. Unscoped, a refused call says only whether the job id
-// exists: a lease mismatch names the request's own values, not the job's
-// status, run or attempt. With a scope, a job outside it is
-// runledger.CodeJobNotFound, exactly as on every scoped path, and a
-// mismatch on a job inside it names the job's status, run and attempt. No
-// error ever names the worker holding a job.
+// numbers; a job's tenant sees its worker id in scoped reads): use ids
+// that cannot be guessed. With a scope, a job outside it is
+// runledger.CodeJobNotFound, and a mismatch names the job's status, run
+// and attempt. No error ever names the worker holding a job.
 //
 // # Locks
 //

@@ -134,22 +134,7 @@ type EnqueueResult struct {
 // definition has since been disabled. A failed COMMIT matches
 // runledger.ErrCommitUnconfirmed; repeating a keyed enqueue is safe.
 func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (EnqueueResult, error) {
-	if err := req.Validate(); err != nil {
-		return EnqueueResult{}, err
-	}
-	params, err := enqueueParams(req)
-	if err != nil {
-		return EnqueueResult{}, err
-	}
-	if !req.keyed() {
-		return enqueueUnkeyed(ctx, pool, params)
-	}
-	s, err := txn.Own(ctx, pool, keyedOperation)
-	if err != nil {
-		return EnqueueResult{}, err
-	}
-	defer s.End(ctx)
-	return enqueueKeyed(ctx, s, req, params)
+	return enqueue(ctx, pool, req, func() (*txn.Session, error) { return txn.Own(ctx, pool, keyedOperation) })
 }
 
 const keyedOperation = "keyed job enqueue"
@@ -163,6 +148,12 @@ const keyedOperation = "keyed job enqueue"
 // and runs under any isolation. The definition row is held FOR SHARE until
 // the transaction ends.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResult, error) {
+	return enqueue(ctx, tx, req, func() (*txn.Session, error) { return txn.Join(tx, keyedOperation), nil })
+}
+
+// enqueue validates req, then inserts an unkeyed job with one statement on
+// q, or a keyed one on the session that session opens (and enqueue ends).
+func enqueue(ctx context.Context, q db.DBTX, req EnqueueRequest, session func() (*txn.Session, error)) (EnqueueResult, error) {
 	if err := req.Validate(); err != nil {
 		return EnqueueResult{}, err
 	}
@@ -171,9 +162,14 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResul
 		return EnqueueResult{}, err
 	}
 	if !req.keyed() {
-		return enqueueUnkeyed(ctx, tx, params)
+		return enqueueUnkeyed(ctx, q, params)
 	}
-	return enqueueKeyed(ctx, txn.Join(tx, keyedOperation), req, params)
+	s, err := session()
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	defer s.End(ctx)
+	return enqueueKeyed(ctx, s, req, params)
 }
 
 // requestSnapshot is the canonical form of a keyed request, stored in

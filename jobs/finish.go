@@ -97,29 +97,18 @@ func validateProgress(done, total *int64) error {
 }
 
 // Complete marks a leased job SUCCEEDED in one statement on the pool and
-// returns it as stored. It is compare-and-set on the lease: the job must be
-// LEASED at this run and attempt to this worker, and in req.Scope when one
-// is given. When it is not, nothing is written (no event either) and an
-// unlocked read tells why:
+// returns it as stored: one SUCCEEDED event, finished_at set,
+// lease_expires_at cleared, the execution resource claim released.
 //
-//   - runledger.CodeJobNotFound when no job has the id, or, with a scope,
-//     none has it in that scope;
-//   - otherwise runledger.CodeLeaseMismatch. With a scope its detail names
-//     the job's actual status, run and attempt; without one it names only
-//     the request's own run, attempt and worker, since the caller has not
-//     shown the job is its tenant's. It never names the worker holding or
-//     last holding the job: that id is what a lease is proven with.
-//
-// Completion writes one SUCCEEDED event, sets finished_at, clears
-// lease_expires_at and releases the job's execution resource claim.
-// Completing twice is a lease mismatch the second time. Without a scope
-// the job may belong to any tenant: the caller is trusted as a worker of
-// the whole ledger (see the package documentation).
+// It is compare-and-set on the lease (LEASED at this run and attempt to
+// this worker, and in req.Scope when one is given). Otherwise nothing is
+// written and an unlocked read tells why: runledger.CodeJobNotFound (no
+// such id, or none in the scope), else runledger.CodeLeaseMismatch, whose
+// detail names the job's status, run and attempt only when scoped and
+// never the worker holding the job (see the package documentation).
+// Completing twice is a lease mismatch the second time.
 func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return runledger.Job{}, err
-	}
-	return complete(ctx, pool, req)
+	return validated(ctx, pool, req, complete)
 }
 
 // CompleteTx is Complete inside the caller's transaction, which it never
@@ -127,10 +116,7 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (run
 // REPEATABLE READ or SERIALIZABLE a job changed by a concurrent committed
 // transaction fails with a Transient serialization error.
 func CompleteTx(ctx context.Context, tx pgx.Tx, req CompleteRequest) (runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return runledger.Job{}, err
-	}
-	return complete(ctx, tx, req)
+	return validated(ctx, tx, req, complete)
 }
 
 func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Job, error) {
@@ -147,14 +133,9 @@ func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Jo
 		Scoped:         scoped,
 		OrganizationID: org,
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.Job{}, classifyLeaseMiss(ctx, q, "complete",
-			heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
-	}
-	if err != nil {
-		return runledger.Job{}, dberr.Translate(ctx, "complete job", err)
-	}
-	return rows.Job(db.JobQueue(row))
+	return leaseResult(ctx, q, "complete",
+		heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID},
+		db.JobQueue(row), err)
 }
 
 // FailRequest records a failed attempt of a leased job.
@@ -224,30 +205,21 @@ func Backoff(attempt int32) time.Duration {
 }
 
 // Fail records a failed attempt of a leased job in one statement on the
-// pool and returns the job as stored after it. Compare-and-set on the lease
-// and the optional scope exactly like Complete (runledger.CodeJobNotFound or
-// runledger.CodeLeaseMismatch, with the same details, and nothing written,
-// when it does not match; without a scope the caller is trusted as for
-// Complete). With attempts left (attempt < max_attempts) and Terminal false
+// pool and returns the job as stored after it. The lease and scope are
+// compared, and a miss reported, exactly as by Complete. With attempts left (attempt < max_attempts) and Terminal false
 // the job returns to PENDING, stage scheduled, due after the retry delay,
 // worker cleared, with a RETRY_SCHEDULED event; the next claim starts
 // attempt + 1 of the same run. Otherwise it is DEAD_LETTERED (finished)
 // with a DEAD_LETTERED event. Either way the error code and message are
 // stored and the execution resource claim is released.
 func Fail(ctx context.Context, pool *pgxpool.Pool, req FailRequest) (runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return runledger.Job{}, err
-	}
-	return fail(ctx, pool, req)
+	return validated(ctx, pool, req, fail)
 }
 
 // FailTx is Fail inside the caller's transaction, which it never commits
 // or rolls back; the job stays locked until it ends.
 func FailTx(ctx context.Context, tx pgx.Tx, req FailRequest) (runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return runledger.Job{}, err
-	}
-	return fail(ctx, tx, req)
+	return validated(ctx, tx, req, fail)
 }
 
 func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error) {
@@ -269,14 +241,21 @@ func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error
 		Scoped:            scoped,
 		OrganizationID:    org,
 	})
+	return leaseResult(ctx, q, "fail",
+		heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID},
+		db.JobQueue(row), err)
+}
+
+// leaseResult is the result of a compare-and-set on a lease (op "complete"
+// or "fail"): the job as stored, or why no row matched.
+func leaseResult(ctx context.Context, q db.DBTX, op string, lease heldLease, row db.JobQueue, err error) (runledger.Job, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.Job{}, classifyLeaseMiss(ctx, q, "fail",
-			heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID})
+		return runledger.Job{}, classifyLeaseMiss(ctx, q, op, lease)
 	}
 	if err != nil {
-		return runledger.Job{}, dberr.Translate(ctx, "fail job", err)
+		return runledger.Job{}, dberr.Translate(ctx, op+" job", err)
 	}
-	return rows.Job(db.JobQueue(row))
+	return rows.Job(row)
 }
 
 // classifyLeaseMiss explains a compare-and-set that matched no row, with an

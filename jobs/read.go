@@ -11,7 +11,6 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
-	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 )
 
@@ -20,29 +19,12 @@ import (
 func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (runledger.Job, error) {
 	row, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.Job{}, notFound(id, scope)
+		return runledger.Job{}, rows.JobNotFound(id, scope)
 	}
 	if err != nil {
 		return runledger.Job{}, dberr.Translate(ctx, "get job", err)
 	}
 	return rows.Job(row)
-}
-
-func notFound(id uuid.UUID, scope runledger.Scope) error {
-	return errs.JobNotFound.Newf("job %s not found in scope %s", id, scope)
-}
-
-// requireJob returns ErrJobNotFound unless the job exists in scope; reads
-// whose list came back empty use it to tell "nothing yet" from "no job".
-func requireJob(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) error {
-	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return notFound(id, scope)
-	}
-	if err != nil {
-		return dberr.Translate(ctx, "get job", err)
-	}
-	return nil
 }
 
 // Events returns a job's whole history in the order it happened (by run,
@@ -60,22 +42,14 @@ func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID)
 
 // scopedEvents converts the events a scoped read returned; when there are
 // none it checks that the job exists in scope, so an out-of-scope job is
-// ErrJobNotFound rather than an empty history.
+// runledger.CodeJobNotFound rather than an empty history.
 func scopedEvents[R any](ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, rs []R, event func(R) db.JobEvent) ([]runledger.JobEvent, error) {
 	if len(rs) == 0 {
-		if err := requireJob(ctx, q, scope, id); err != nil {
+		if err := rows.RequireJob(ctx, q, scope, id); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]runledger.JobEvent, 0, len(rs))
-	for _, r := range rs {
-		e, err := rows.Event(event(r))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return rows.All(rs, func(r R) (runledger.JobEvent, error) { return rows.Event(event(r)) })
 }
 
 // NewestEvents returns a job's newest limit (1 to MaxLimit, else
@@ -112,15 +86,7 @@ func RecentEventsByType(ctx context.Context, q Querier, eventType runledger.JobE
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list recent job events by type", err)
 	}
-	out := make([]runledger.JobEvent, 0, len(rs))
-	for _, r := range rs {
-		e, err := rows.Event(r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return rows.All(rs, rows.Event)
 }
 
 // Cursor marks a position in a newest-first job listing: the created_at
@@ -277,7 +243,7 @@ func cursorArgs(c *Cursor) (*time.Time, *uuid.UUID) {
 }
 
 func page(rs []db.JobQueue, limit int, paged bool) (Page, error) {
-	jobs, err := rows.Jobs(rs)
+	jobs, err := rows.All(rs, rows.Job)
 	if err != nil {
 		return Page{}, err
 	}

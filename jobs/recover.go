@@ -52,13 +52,5 @@ func recoverExpired(ctx context.Context, tx db.DBTX, limit int) ([]runledger.Job
 	if _, err := queries.JobResourceClaimDeleteReleased(ctx, tx); err != nil {
 		return nil, dberr.Translate(ctx, "purge released execution resource claims", err)
 	}
-	out := make([]runledger.Job, 0, len(recovered))
-	for _, r := range recovered {
-		j, err := rows.Job(db.JobQueue(r))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, nil
+	return rows.All(recovered, func(r db.JobRecoverExpiredLeasesRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
 }

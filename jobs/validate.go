@@ -2,10 +2,12 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/validate"
 )
@@ -96,6 +98,17 @@ func invalid(kind errs.Kind, format string, args ...any) error {
 	return kind.Newf(format, args...)
 }
 
+// validated runs op on q once req is valid: every entry point validates
+// before any database work, so an invalid request fails the same way on a
+// closed pool.
+func validated[R interface{ Validate() error }, T any](ctx context.Context, q db.DBTX, req R, op func(context.Context, db.DBTX, R) (T, error)) (T, error) {
+	if err := req.Validate(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return op(ctx, q, req)
+}
+
 // validateJobType checks a job type, or a job type filter: non-blank after
 // trimming Unicode white space, valid UTF-8 without NUL, at most
 // MaxJobTypeBytes.
@@ -111,7 +124,8 @@ func validateJobType(jobType string) error {
 	return nil
 }
 
-// validateWorkerID checks a worker id like a job type.
+// validateWorkerID checks a worker id like a job type, without a length
+// limit.
 func validateWorkerID(workerID string) error {
 	switch validate.Text(workerID, 0) {
 	case validate.Blank:

@@ -72,10 +72,7 @@ func EnqueueWorkflowStep(ctx context.Context, pool *pgxpool.Pool, req WorkflowSt
 // transaction, which it never commits or rolls back. Any isolation level
 // works (the job is unkeyed).
 func EnqueueWorkflowStepTx(ctx context.Context, tx pgx.Tx, req WorkflowStepRequest) (WorkflowStepJob, error) {
-	if err := req.Validate(); err != nil {
-		return WorkflowStepJob{}, err
-	}
-	return enqueueWorkflowStep(ctx, tx, req)
+	return validated(ctx, tx, req, enqueueWorkflowStep)
 }
 
 func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepRequest) (WorkflowStepJob, error) {

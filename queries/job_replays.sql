@@ -1,16 +1,12 @@
--- JobReplayGetForRequest finds the lineage of one replay request (source,
--- run, request key) in the caller's scope, checked null-safe on the
--- source. When the stored reason equals @reason it locks the replay job
--- FOR NO KEY UPDATE (its status and run then hold until the transaction
--- ends; workers' SKIP LOCKED claims pass it by); otherwise it locks
--- nothing. It is also the isolation probe: it always returns one row with
--- the transaction's level, and looks for lineage only under READ
--- COMMITTED. It opens a replay attempt's pipeline by setting the
--- transaction-local marker runledger.replay that guards the statements
--- behind it: '<token>/missing' lets the source lock run; '<token>/found'
--- (a lineage hit) and '<token>/refused' (another isolation) turn every
--- later statement off. (LEFT JOIN of CTEs, not LATERAL: sqlc would type
--- the lateral's columns NOT NULL.)
+-- JobReplayGetForRequest opens a replay attempt. It always returns one row:
+-- the transaction's isolation and, under READ COMMITTED only, the lineage of
+-- the request (source, run, key; the source in the caller's scope,
+-- null-safe). When the stored reason equals @reason it locks the replay job
+-- FOR NO KEY UPDATE (workers' SKIP LOCKED claims pass it by); otherwise it
+-- locks nothing. It sets the transaction-local marker runledger.replay
+-- that guards the statements behind it: '<token>/missing' lets the source
+-- lock run; '<token>/found' and '<token>/refused' turn them all off. LEFT
+-- JOINs of CTEs, not LATERAL, so that sqlc types the columns nullable.
 -- name: JobReplayGetForRequest :one
 WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
@@ -132,8 +128,7 @@ FROM inserted CROSS JOIN source;
 -- with each replay's current status and run, within the caller's scope (a
 -- replay always shares its source's organization). No locks.
 -- name: JobReplayListForSource :many
-SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key,
-       jr.reason, jr.created_at, replay.status AS replay_status, replay.run_number AS replay_run_number
+SELECT sqlc.embed(jr), replay.status AS replay_status, replay.run_number AS replay_run_number
 FROM job_replays jr
 JOIN job_queue replay ON replay.id = jr.replay_job_id
 WHERE jr.source_job_id = @source_job_id

@@ -10,7 +10,6 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
-	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 )
 
@@ -30,29 +29,19 @@ func List(ctx context.Context, q db.DBTX, scope runledger.Scope, sourceID uuid.U
 		return nil, dberr.Translate(ctx, "list job replays", err)
 	}
 	if len(rs) == 0 {
-		if err := requireJob(ctx, q, scope, sourceID); err != nil {
+		if err := rows.RequireJob(ctx, q, scope, sourceID); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]runledger.ReplayLineage, 0, len(rs))
-	for _, r := range rs {
+	return rows.All(rs, func(r db.JobReplayListForSourceRow) (runledger.ReplayLineage, error) {
 		status, err := rows.Status(r.ReplayStatus)
 		if err != nil {
-			return nil, err
+			return runledger.ReplayLineage{}, err
 		}
-		run := r.ReplayRunNumber
-		out = append(out, runledger.ReplayLineage{
-			ReplayJobID:      r.ReplayJobID,
-			SourceJobID:      r.SourceJobID,
-			SourceRunNumber:  r.SourceRunNumber,
-			ReplayRequestKey: r.ReplayRequestKey,
-			Reason:           r.Reason,
-			CreatedAt:        r.CreatedAt.UTC(),
-			ReplayStatus:     &status,
-			ReplayRunNumber:  &run,
-		})
-	}
-	return out, nil
+		l := record(r.JobReplay)
+		l.ReplayStatus, l.ReplayRunNumber = &status, &r.ReplayRunNumber
+		return l, nil
+	})
 }
 
 // Origin returns the lineage of a replay job: the source and run it was
@@ -65,7 +54,7 @@ func Origin(ctx context.Context, q db.DBTX, scope runledger.Scope, replayID uuid
 		ReplayJobID: replayID, OrganizationID: scope.OrganizationIDPtr(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		if err := requireJob(ctx, q, scope, replayID); err != nil {
+		if err := rows.RequireJob(ctx, q, scope, replayID); err != nil {
 			return nil, err
 		}
 		return nil, nil
@@ -73,24 +62,18 @@ func Origin(ctx context.Context, q db.DBTX, scope runledger.Scope, replayID uuid
 	if err != nil {
 		return nil, dberr.Translate(ctx, "get job replay lineage", err)
 	}
-	return &runledger.ReplayLineage{
+	l := record(r)
+	return &l, nil
+}
+
+// record is a lineage row as callers see it, without the replay's state.
+func record(r db.JobReplay) runledger.ReplayLineage {
+	return runledger.ReplayLineage{
 		ReplayJobID:      r.ReplayJobID,
 		SourceJobID:      r.SourceJobID,
 		SourceRunNumber:  r.SourceRunNumber,
 		ReplayRequestKey: r.ReplayRequestKey,
 		Reason:           r.Reason,
 		CreatedAt:        r.CreatedAt.UTC(),
-	}, nil
-}
-
-// requireJob returns ErrJobNotFound unless the job exists in scope.
-func requireJob(ctx context.Context, q db.DBTX, scope runledger.Scope, id uuid.UUID) error {
-	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return errs.JobNotFound.Newf("job %s not found in scope %s", id, scope)
 	}
-	if err != nil {
-		return dberr.Translate(ctx, "get job", err)
-	}
-	return nil
 }

@@ -3,26 +3,21 @@
 // fresh job with the same type, tenant, payload and settings, records the
 // lineage and one ENQUEUED audit event, and never touches the source.
 //
-// The operation is idempotent per (source, run, request key): a retry with
-// the same key and reason returns the replay made the first time; the same
-// key with another reason is a Conflict. Concurrent identical requests
-// resolve to one replay: they serialize on the source row (FOR NO KEY
-// UPDATE) and the later one finds the earlier one's lineage once it gets
-// the lock, which is correct only under READ COMMITTED, hence the isolation
-// rules of the two entry points.
+// It is idempotent per (source, run, request key): the same key and reason
+// return the replay made the first time; the same key with another reason
+// is a Conflict. Concurrent identical requests serialize on the source row
+// and resolve to one replay; that needs READ COMMITTED, which both entry
+// points enforce.
 //
 // Locks: an Existing outcome locks the replay job FOR NO KEY UPDATE until
 // the transaction ends; the insert path locks the source FOR NO KEY UPDATE
 // and the job type's definition FOR SHARE; a conflict found before the
 // source lock, a mismatch and a NotFound lock nothing.
 //
-// Round trips: every outcome costs one. An attempt's statements (the
-// lineage lookup, the source lock, the second lookup, the classification
-// read and the insert; in SucceededJob between BEGIN and COMMIT) travel in
-// one pipeline, each guarded in SQL by what the ones before it found. More
-// round trips only where they cannot be avoided: a ROLLBACK after an
-// error, another attempt of the bounded lock loop, and the re-read of a
-// source that looks workflow-managed. See docs/PERFORMANCE.md.
+// Round trips: every outcome costs one (BEGIN to COMMIT in SucceededJob).
+// More only after an error (ROLLBACK), when the bounded lock loop tries
+// again, or when the source looks workflow-managed and is read again. See
+// docs/PERFORMANCE.md.
 //
 // List and Origin read the lineage this package writes: the replays made
 // from a job, and the job a replay was made from.
@@ -55,21 +50,17 @@ const (
 	txOperation    = "successful job compare-and-replay"
 )
 
-// SucceededJob replays a succeeded job in a transaction of its own.
+// SucceededJob replays a succeeded job in a READ COMMITTED transaction of
+// its own (whatever the session default), sent with its statements in one
+// round trip. The request is validated before a connection is taken.
 //
-// It validates the request before taking a connection (an invalid request
-// fails the same way on a closed pool), then sends BEGIN READ COMMITTED
-// (overriding any session default), the protocol's statements and COMMIT
-// in one round trip, and commits every outcome, including
-// ExpectationMismatch and NotFound, which wrote nothing. A statement error
-// stops the batch before COMMIT: the transaction rolls back and that
-// statement's error is returned. A failed COMMIT, or a connection lost
-// after the batch was sent without the server reporting an error, returns
-// an error matching runledger.ErrCommitUnconfirmed: the replay may or may
-// not exist; repeat the call with the same key and reason (it is
-// idempotent). If ctx ends while a statement waits for a lock, the server
-// is asked to cancel it, the transaction rolls back, and the error wraps
-// ctx's error.
+// Every outcome commits; ExpectationMismatch and NotFound wrote nothing. A
+// statement error rolls back and is returned. A failed COMMIT, or a
+// connection lost after the batch was sent, matches
+// runledger.ErrCommitUnconfirmed: the replay may or may not exist; repeat
+// the call with the same key and reason. If ctx ends while a statement
+// waits for a lock, the statement is canceled on the server, the
+// transaction rolls back, and the error wraps ctx's error.
 func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -86,13 +77,12 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 // which it never commits or rolls back.
 //
 // It validates the request, then refuses any isolation level but READ
-// COMMITTED (errs.ReplayUnsupportedIsolation), since the protocol
-// relies on each statement seeing what concurrent replays committed; the
-// refusal reads and locks nothing. The statements travel in one round
-// trip, as in SucceededJob without BEGIN and COMMIT. Locks it takes last
-// until the caller's transaction ends: after an Existing outcome workers
-// skip the replay job, and after a conflict found once the source was
-// locked the source stays locked. On an error the caller should roll back.
+// COMMITTED (runledger.CodeReplayUnsupportedIsolation; it reads and locks
+// nothing), since each statement must see what concurrent replays
+// committed. One round trip. Its locks last until the caller's
+// transaction ends: after an Existing outcome workers skip the replay job,
+// and after a conflict found once the source was locked the source stays
+// locked. On an error the caller should roll back.
 func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err

@@ -265,11 +265,11 @@ func FuzzJob(f *testing.F) {
 		// bad one.
 		bad := in
 		bad.Status = db.JobStatus(status + "?")
-		if js, err := rows.Jobs([]db.JobQueue{in, in}); err != nil || len(js) != 2 || js[1].ID != out.ID {
-			t.Fatalf("Jobs of two valid rows: %v, %v", js, err)
+		if js, err := rows.All([]db.JobQueue{in, in}, rows.Job); err != nil || len(js) != 2 || js[1].ID != out.ID {
+			t.Fatalf("All of two valid rows: %v, %v", js, err)
 		}
-		if js, err := rows.Jobs([]db.JobQueue{in, bad}); js != nil || runledger.CodeOf(err) != codeInvalidStatus {
-			t.Fatalf("Jobs with a bad second row: %v, %v", js, err)
+		if js, err := rows.All([]db.JobQueue{in, bad}, rows.Job); js != nil || runledger.CodeOf(err) != codeInvalidStatus {
+			t.Fatalf("All with a bad second row: %v, %v", js, err)
 		}
 	})
 }

@@ -1,15 +1,22 @@
 // Package rows turns generated db rows into runledger domain values,
 // decoding enums and stages strictly: an unknown value is an Internal error,
-// never a silent default.
+// never a silent default. It also holds RequireJob, the scoped existence
+// check that every read whose result came back empty runs.
 package rows
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 )
 
@@ -125,18 +132,40 @@ func checked(j runledger.Job) (runledger.Job, error) {
 	return j, nil
 }
 
-// Jobs converts rows in order, stopping at the first that fails.
-func Jobs(rs []db.JobQueue) ([]runledger.Job, error) {
-	out := make([]runledger.Job, 0, len(rs))
+// All converts rs in order with convert, stopping at the first error. No
+// rows give an empty, non-nil slice.
+func All[R, T any](rs []R, convert func(R) (T, error)) ([]T, error) {
+	out := make([]T, 0, len(rs))
 	for _, r := range rs {
-		j, err := Job(r)
+		v, err := convert(r)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, j)
+		out = append(out, v)
 	}
 	return out, nil
 }
+
+// RequireJob returns runledger.CodeJobNotFound unless job id exists in
+// scope. A read whose list came back empty uses it to tell "nothing yet"
+// from "no such job in your scope". No lock.
+func RequireJob(ctx context.Context, q db.DBTX, scope runledger.Scope, id uuid.UUID) error {
+	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return JobNotFound(id, scope)
+	}
+	if err != nil {
+		return dberr.Translate(ctx, "get job", err)
+	}
+	return nil
+}
+
+// JobNotFound is the NotFound error of job id, absent from scope.
+func JobNotFound(id uuid.UUID, scope runledger.Scope) error {
+	return errs.JobNotFound.Newf("job %s not found in scope %s", id, scope)
+}
+
+var queries = db.New()
 
 // Event converts a job_events row.
 func Event(r db.JobEvent) (runledger.JobEvent, error) {

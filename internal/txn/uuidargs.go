@@ -11,14 +11,13 @@ import (
 	"github.com/runledger-go/runledger/db"
 )
 
-// The generated statements take and return github.com/google/uuid values.
-// pgx v5 knows them only as driver.Valuer and sql.Scanner: it encodes each
-// through its text form, after a failed binary attempt that builds an
-// error with fmt (about a quarter of the client's CPU time per replay in
-// the benchmarks), and decodes each through a string. uuidArgs and
-// uuidRow hand pgx pgtype.UUID values instead, which it encodes and
-// decodes in binary directly: the same bytes on the wire, only cheaper.
-// Nothing changes for the caller's connection or its type map.
+// The generated statements take and return github.com/google/uuid values,
+// which pgx handles only as driver.Valuer and sql.Scanner: through their
+// text form, after a failed binary attempt that formats an error (a large
+// share of the client's CPU per replay). uuidArgs and uuidRow hand pgx
+// pgtype.UUID values instead, which it encodes and decodes in binary: the
+// same bytes on the wire, cheaper. The caller's connection and type map
+// are untouched.
 
 // uuidArgs returns args with every uuid.UUID and *uuid.UUID replaced by
 // an equivalent pgtype.UUID (a nil pointer by a NULL one). args is
