@@ -56,7 +56,7 @@ func TestCancelLeasedJobEndsTheWorkersLease(t *testing.T) {
 		t.Fatalf("CANCELED event attempt = %v, want the leased attempt 1", attempt)
 	}
 	_, err = jobs.Complete(ctx, pool, testdb.CompleteRequest(l))
-	wantCode(t, err, runledger.CodeLeaseMismatch)
+	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 }
 
 func TestCancelFinishedJobIsNotCancelable(t *testing.T) {
@@ -73,7 +73,7 @@ func TestCancelFinishedJobIsNotCancelable(t *testing.T) {
 	for _, id := range []uuid.UUID{l.ID, canceled.ID} {
 		before := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`)
 		_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: id, Reason: "again"})
-		wantCode(t, err, runledger.CodeNotCancelable)
+		testdb.WantCode(t, err, runledger.CodeNotCancelable)
 		if after := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); after != before {
 			t.Fatalf("refused cancel wrote %d events", after-before)
 		}
@@ -102,7 +102,7 @@ func TestCancelOutsideScopeIsNotFound(t *testing.T) {
 	}
 	for _, req := range cases {
 		_, err := jobs.Cancel(ctx, pool, req)
-		wantCode(t, err, runledger.CodeJobNotFound)
+		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	}
 	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue WHERE status <> 'PENDING'`); n != 0 {
 		t.Fatalf("%d jobs changed by out-of-scope cancels", n)
@@ -176,7 +176,7 @@ func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 	}
 	// The worker that lost the lease can no longer complete it.
 	_, err = jobs.Complete(ctx, pool, testdb.CompleteRequest(l))
-	wantCode(t, err, runledger.CodeLeaseMismatch)
+	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	// The key is free: the second job on it, due since it was enqueued
 	// (before the recovered job became due again), takes it.
 	claimOnly(t, ctx, pool, second.ID)

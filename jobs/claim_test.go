@@ -46,7 +46,7 @@ func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
 	}
 	defer func() { _ = holder.Rollback(ctx) }()
 	testdb.Exec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, held.ID)
-	if !rowLockedAgainst(t, ctx, pool, "job_queue", "id = $1", held.ID, "UPDATE") {
+	if !testdb.RowLocked(t, pool, "job_queue", "id = $1", held.ID, "UPDATE") {
 		t.Fatal("precondition: the holder's row lock is not visible to another connection")
 	}
 
@@ -269,7 +269,7 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 	// The second claimer passes the locked first job by, finds the second
 	// job's key unclaimed in its snapshot, and must wait on the first
 	// claimer's uncommitted claim row rather than take the key too.
-	waitForBlockedBackend(t, ctx, pool)
+	testdb.WaitBlocked(t, pool, 0)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

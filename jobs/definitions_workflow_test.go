@@ -46,7 +46,7 @@ func TestGetDefinitionMissingAndListDefinitions(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	_, err := jobs.GetDefinition(ctx, pool, "nope")
-	wantCode(t, err, runledger.CodeDefinitionMissing)
+	testdb.WantCode(t, err, runledger.CodeDefinitionMissing)
 	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "alpha", Enabled: testdb.Ptr(false)})
 	list, err := jobs.ListDefinitions(ctx, pool)
 	if err != nil {
@@ -93,7 +93,7 @@ func TestEnqueueWorkflowStepOwnsTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = replay.SucceededJob(ctx, pool, replay.Request{Scope: scope, SourceJobID: l.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	wantCode(t, err, runledger.CodeWorkflowManaged)
+	testdb.WantCode(t, err, runledger.CodeWorkflowManaged)
 }
 
 func TestEnqueueWorkflowStepWritesNothingWhenDefinitionMissing(t *testing.T) {
@@ -102,7 +102,7 @@ func TestEnqueueWorkflowStepWritesNothingWhenDefinitionMissing(t *testing.T) {
 	_, err := jobs.EnqueueWorkflowStep(ctx, pool, jobs.WorkflowStepRequest{
 		WorkflowType: "w", StepKey: "s", Job: jobs.EnqueueRequest{JobType: "missing"},
 	})
-	wantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
+	testdb.WantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
 	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM workflow_runs) + (SELECT count(*) FROM workflow_steps) + (SELECT count(*) FROM job_queue)`); n != 0 {
 		t.Fatalf("%d rows written", n)
 	}

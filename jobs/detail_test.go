@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -45,5 +46,5 @@ func TestGetDetailReadsJobEventsAndLineage(t *testing.T) {
 	}
 
 	_, err = jobs.GetDetail(ctx, pool, runledger.Global(), source.ID)
-	wantCode(t, err, runledger.CodeJobNotFound)
+	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 }

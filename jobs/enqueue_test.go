@@ -75,7 +75,7 @@ func TestEnqueueMissingOrDisabledDefinitionWritesNothing(t *testing.T) {
 	for _, typ := range []string{"nope", "off"} {
 		for _, key := range []string{"", "k1"} {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: typ, IdempotencyKey: key})
-			wantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
+			testdb.WantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
 		}
 	}
 	if n := testdb.Scalar[int](t, pool, `SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_events)`); n != 0 {
@@ -196,7 +196,7 @@ func TestEnqueueKeyedTxRefusesRepeatableRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "k"})
-		wantCode(t, err, runledger.CodeEnqueueUnsupportedIsolation)
+		testdb.WantCode(t, err, runledger.CodeEnqueueUnsupportedIsolation)
 		// Unkeyed is one statement and needs no particular isolation.
 		if _, err := jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email"}); err != nil {
 			t.Fatalf("unkeyed enqueue under %s: %v", iso, err)
@@ -238,7 +238,7 @@ func TestEnqueueKeyedWaitsForUncommittedCompetitor(t *testing.T) {
 		res, err := jobs.Enqueue(ctx, pool, req)
 		done <- result{res, err}
 	}()
-	waitForBlockedBackend(t, ctx, pool)
+	testdb.WaitBlocked(t, pool, 0)
 	select {
 	case r := <-done:
 		t.Fatalf("competing enqueue returned while the first was uncommitted: %+v", r)
@@ -279,7 +279,7 @@ func TestEnqueueKeyedCompetitorRolledBackInsertsItsOwn(t *testing.T) {
 		}
 		done <- res
 	}()
-	waitForBlockedBackend(t, ctx, pool)
+	testdb.WaitBlocked(t, pool, 0)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +348,10 @@ func TestEnqueueKeyedExistingLocksJobForNoKeyUpdate(t *testing.T) {
 	if res.Disposition != runledger.DispositionExisting {
 		t.Fatalf("disposition = %s", res.Disposition)
 	}
-	if !rowLockedAgainst(t, ctx, pool, "job_queue", "id = $1", j.ID, "UPDATE") {
+	if !testdb.RowLocked(t, pool, "job_queue", "id = $1", j.ID, "UPDATE") {
 		t.Fatal("existing job is not locked against FOR UPDATE")
 	}
-	if rowLockedAgainst(t, ctx, pool, "job_queue", "id = $1", j.ID, "KEY SHARE") {
+	if testdb.RowLocked(t, pool, "job_queue", "id = $1", j.ID, "KEY SHARE") {
 		t.Fatal("existing job is locked against KEY SHARE: stronger than FOR NO KEY UPDATE")
 	}
 	// Claims pass it by while the transaction lasts.
@@ -375,10 +375,10 @@ func TestEnqueueHoldsDefinitionForShare(t *testing.T) {
 	if _, err := jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email"}); err != nil {
 		t.Fatal(err)
 	}
-	if !rowLockedAgainst(t, ctx, pool, "job_definitions", "job_type = $1", "email", "NO KEY UPDATE") {
+	if !testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "NO KEY UPDATE") {
 		t.Fatal("definition row is not share-locked during the enqueue's transaction")
 	}
-	if rowLockedAgainst(t, ctx, pool, "job_definitions", "job_type = $1", "email", "SHARE") {
+	if testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "SHARE") {
 		t.Fatal("definition row is locked more strongly than FOR SHARE")
 	}
 
@@ -388,7 +388,7 @@ func TestEnqueueHoldsDefinitionForShare(t *testing.T) {
 		_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "email", Priority: testdb.Ptr[int32](1)})
 		changed <- err
 	}()
-	waitForBlockedBackend(t, ctx, pool)
+	testdb.WaitBlocked(t, pool, 0)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

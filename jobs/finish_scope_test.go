@@ -32,7 +32,7 @@ var finishers = map[string]finishFunc{
 	"CompleteTx": func(ctx context.Context, pool *pgxpool.Pool, l runledger.Job, scope *runledger.Scope, worker string) (runledger.Job, error) {
 		req := testdb.CompleteRequest(l)
 		req.Scope, req.WorkerID = scope, worker
-		return inTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return jobs.CompleteTx(ctx, tx, req) })
+		return commitOnSuccess(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return jobs.CompleteTx(ctx, tx, req) })
 	},
 	"Fail": func(ctx context.Context, pool *pgxpool.Pool, l runledger.Job, scope *runledger.Scope, worker string) (runledger.Job, error) {
 		req := testdb.FailRequest(l)
@@ -44,13 +44,13 @@ var finishers = map[string]finishFunc{
 		req := testdb.FailRequest(l)
 		req.Scope, req.WorkerID = scope, worker
 		req.RetryDelay = testdb.Ptr(time.Hour) // a retry never comes due during the test
-		return inTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return jobs.FailTx(ctx, tx, req) })
+		return commitOnSuccess(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return jobs.FailTx(ctx, tx, req) })
 	},
 }
 
-// inTx runs f in a transaction of its own on pool: committed when f
+// commitOnSuccess runs f in a transaction of its own on pool: committed when f
 // succeeds, rolled back when it fails.
-func inTx(ctx context.Context, pool *pgxpool.Pool, f func(context.Context, pgx.Tx) (runledger.Job, error)) (runledger.Job, error) {
+func commitOnSuccess(ctx context.Context, pool *pgxpool.Pool, f func(context.Context, pgx.Tx) (runledger.Job, error)) (runledger.Job, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return runledger.Job{}, err
@@ -166,7 +166,7 @@ func TestFinishWithoutScopeFinishesAJobOfAnyScope(t *testing.T) {
 				missing := l
 				missing.ID = uuid.New()
 				_, err = finish(ctx, pool, missing, nil, *l.WorkerID)
-				wantCode(t, err, runledger.CodeJobNotFound)
+				testdb.WantCode(t, err, runledger.CodeJobNotFound)
 			}
 		})
 	}
@@ -199,7 +199,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 			// attempt.
 			before := jobState(t, ctx, pool, l.ID)
 			_, err := finish(ctx, pool, req, nil, "intruder")
-			wantCode(t, err, runledger.CodeLeaseMismatch)
+			testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 			text := errorText(err)
 			if strings.Contains(text, holder) {
 				t.Fatalf("unscoped mismatch names the holding worker: %s", text)
@@ -219,7 +219,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 			// Scoped, in scope: the status, run and attempt, never the holder.
 			scope := runledger.Organization(org)
 			_, err = finish(ctx, pool, req, &scope, "intruder")
-			wantCode(t, err, runledger.CodeLeaseMismatch)
+			testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 			text = errorText(err)
 			if strings.Contains(text, holder) {
 				t.Fatalf("scoped mismatch names the holding worker: %s", text)
@@ -239,7 +239,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = finish(ctx, pool, l, &scope, "intruder")
-			wantCode(t, err, runledger.CodeLeaseMismatch)
+			testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 			if text := errorText(err); strings.Contains(text, holder) {
 				t.Fatalf("mismatch on a finished job names its worker: %s", text)
 			}

@@ -77,7 +77,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`)
 			_, err := jobs.Complete(ctx, pool, req)
-			wantCode(t, err, runledger.CodeLeaseMismatch)
+			testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 			if after := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); after != before {
 				t.Fatalf("events %d -> %d after a refused completion", before, after)
 			}
@@ -92,7 +92,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := jobs.Complete(ctx, pool, good)
-	wantCode(t, err, runledger.CodeLeaseMismatch)
+	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	if ev := testdb.EventTypes(t, pool, l.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED", "SUCCEEDED"}) {
 		t.Fatalf("events = %v, want one SUCCEEDED", ev)
 	}
@@ -102,7 +102,7 @@ func TestCompleteMissingJobIsNotFound(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	_, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
-	wantCode(t, err, runledger.CodeJobNotFound)
+	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); n != 0 {
 		t.Fatalf("%d events written", n)
 	}
@@ -233,9 +233,9 @@ func TestFailRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	req := testdb.FailRequest(l)
 	req.WorkerID = "someone-else"
 	_, err := jobs.Fail(ctx, pool, req)
-	wantCode(t, err, runledger.CodeLeaseMismatch)
+	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	_, err = jobs.Fail(ctx, pool, jobs.FailRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
-	wantCode(t, err, runledger.CodeJobNotFound)
+	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	if ev := testdb.EventTypes(t, pool, l.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED"}) {
 		t.Fatalf("events = %v after refused failures", ev)
 	}

@@ -36,7 +36,7 @@ func TestGetIsScoped(t *testing.T) {
 		{runledger.Global(), uuid.New()},
 	} {
 		_, err := jobs.Get(ctx, pool, c.scope, c.id)
-		wantCode(t, err, runledger.CodeJobNotFound)
+		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	}
 }
 
@@ -67,12 +67,12 @@ func TestEventsAreScopedAndInHistoryOrder(t *testing.T) {
 	}
 	for _, other := range []runledger.Scope{runledger.Global(), runledger.Organization(uuid.New())} {
 		_, err := jobs.Events(ctx, pool, other, l.ID)
-		wantCode(t, err, runledger.CodeJobNotFound)
+		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 		_, err = jobs.NewestEvents(ctx, pool, other, l.ID, 10)
-		wantCode(t, err, runledger.CodeJobNotFound)
+		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	}
 	_, err = jobs.Events(ctx, pool, scope, uuid.New())
-	wantCode(t, err, runledger.CodeJobNotFound)
+	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 }
 
 func TestEventsOfJobWithoutHistoryIsEmpty(t *testing.T) {

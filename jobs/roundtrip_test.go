@@ -25,14 +25,7 @@ func TestEnqueueRoundTrips(t *testing.T) {
 	testdb.DefineType(t, pool, "email")
 	org := runledger.Organization(uuid.New())
 
-	inTx := func(fn func(tx pgx.Tx)) {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(context.Background()) //nolint:errcheck
-		fn(tx)
-	}
+	inTx := func(fn func(tx pgx.Tx)) { testdb.InTx(t, ctx, pool, fn) }
 	// Warm the statement cache on the pool's one connection.
 	for _, scope := range []runledger.Scope{runledger.Global(), org} {
 		if _, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: "email", Scope: scope, IdempotencyKey: "warm"}); err != nil {

@@ -1,37 +1,22 @@
 package jobs_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
 
-// deadPool returns a closed pool configured for an address where nothing
-// listens: any operation that reached for the database would fail with a
-// connection error, so a validation error from it proves no round trip.
-func deadPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1&sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.Close()
-	return pool
-}
-
 func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 	t.Parallel()
 	ctx := testdb.Context(t)
-	pool := deadPool(t)
+	pool := testdb.ClosedPool(t)
 	ok := jobs.EnqueueRequest{JobType: "email"}
 	with := func(f func(*jobs.EnqueueRequest)) jobs.EnqueueRequest { r := ok; f(&r); return r }
 	enq := func(r jobs.EnqueueRequest) func() error {
@@ -224,7 +209,7 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()
-			wantCode(t, err, c.want)
+			testdb.WantCode(t, err, c.want)
 			if runledger.CategoryOf(err) != runledger.CategoryValidation {
 				t.Fatalf("category = %s, want validation", runledger.CategoryOf(err))
 			}

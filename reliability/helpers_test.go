@@ -2,8 +2,6 @@ package reliability_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,14 +24,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b)
-}
 
 // env is one test's database: admin is a pool for setup, inspection and
 // killing (application_name rl-admin), url its connection string.
@@ -63,7 +53,7 @@ func openPool(t testing.TB, url, app string, maxConns int32, params map[string]s
 // target opens a one-connection pool for the operation under test, with a
 // unique application_name; it returns the pool and that name.
 func (e *env) target(params map[string]string) (*pgxpool.Pool, string) {
-	app := "rl-target-" + randomHex(4)
+	app := "rl-target-" + testdb.RandomHex(4)
 	return openPool(e.t, e.url, app, 1, params), app
 }
 
@@ -83,7 +73,7 @@ func (e *env) proxied(observe func(pgproxy.Message)) (*pgproxy.Proxy, *pgxpool.P
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(proxy.Close)
-	app := "rl-target-" + randomHex(4)
+	app := "rl-target-" + testdb.RandomHex(4)
 	return proxy, openPool(e.t, proxy.ConnString(e.url), app, 1, nil), app
 }
 
@@ -284,31 +274,6 @@ func (e *env) commitGate(table, when string, key int64) (hold func() (release fu
 }
 
 // ---- errors ----------------------------------------------------------------
-
-// wantTransient fails unless err is a *runledger.Error of category
-// transient.
-func wantTransient(t testing.TB, err error) *runledger.Error {
-	t.Helper()
-	var e *runledger.Error
-	if !errors.As(err, &e) || e.Category != runledger.CategoryTransient || !runledger.IsTransient(err) {
-		t.Fatalf("error %v (%s), want category transient", err, testdb.Detail(err))
-	}
-	if errors.Is(err, runledger.ErrCommitUnconfirmed) {
-		t.Fatalf("error %v is both transient and commit-unconfirmed", err)
-	}
-	return e
-}
-
-// wantCommitUnconfirmed fails unless err matches runledger.ErrCommitUnconfirmed.
-func wantCommitUnconfirmed(t testing.TB, err error) {
-	t.Helper()
-	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.ErrCommitUnconfirmed {
-		t.Fatalf("error %v (%s), want db.transaction_commit_unconfirmed", err, testdb.Detail(err))
-	}
-	if runledger.IsTransient(err) {
-		t.Fatalf("commit-unconfirmed error %v is also transient", err)
-	}
-}
 
 // errClass names the class of an error for counting: "transient",
 // "commit_unconfirmed", or the code.

@@ -156,9 +156,9 @@ func checkFailure(t testing.TB, want failure, err error) {
 	t.Helper()
 	switch want {
 	case failTransient:
-		wantTransient(t, err)
+		testdb.WantTransient(t, err)
 	case failCommitUnconfirmed:
-		wantCommitUnconfirmed(t, err)
+		testdb.WantCommitUnconfirmed(t, err)
 	case failCallerCommitFailed:
 		if err == nil {
 			t.Fatal("COMMIT of a killed connection succeeded")
@@ -412,7 +412,7 @@ func TestCompleteKilled(t *testing.T) {
 				if proxy.Dropped() != 1 {
 					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
 				}
-				wantTransient(t, err)
+				testdb.WantTransient(t, err)
 				// It landed: completed once. The retry says so as a lease
 				// mismatch and writes nothing.
 				checkCompletedOnce(t, e.admin, cr.JobID)
@@ -434,7 +434,7 @@ func TestCompleteKilled(t *testing.T) {
 			e.kill(e.waitingPID(app, c.lockType))
 			err = <-done
 			release()
-			wantTransient(t, err)
+			testdb.WantTransient(t, err)
 			checkNothingWritten(t, e.admin, before)
 
 			job, err := jobs.Complete(ctx, pool, cr)

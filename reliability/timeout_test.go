@@ -80,7 +80,7 @@ func TestReplayBlockedOnTheSourceHonoursDeadlinesAndTimeouts(t *testing.T) {
 				_, err = replay.SucceededJob(callCtx, pool, r)
 			}
 			elapsed := time.Since(start)
-			e1 := wantTransient(t, err)
+			e1 := testdb.WantTransient(t, err)
 			if c.deadline > 0 {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("err %v (%s) does not wrap context.DeadlineExceeded", err, testdb.Detail(err))

@@ -122,7 +122,7 @@ func TestSecondLookupHitInsertsNothing(t *testing.T) {
 		out, err := replay.SucceededJobTx(ctx, waiter, req)
 		done <- result{out, err}
 	}()
-	waitUntilWaitingOnLock(t, pool, waiter.Conn().PgConn().PID())
+	testdb.WaitBlocked(t, pool, waiter.Conn().PgConn().PID())
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,12 @@ package replay_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 )
 
@@ -33,27 +29,11 @@ func (l rowLocks) unlocked() bool { return !l.updateBlocked }
 
 func probeRowLocks(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) rowLocks {
 	t.Helper()
-	probe := func(mode string) bool {
-		ctx := context.Background()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatalf("probe begin: %v", err)
-		}
-		defer tx.Rollback(ctx) //nolint:errcheck
-		_, err = tx.Exec(ctx, "SELECT 1 FROM job_queue WHERE id = $1 "+mode+" NOWAIT", id)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-			return true
-		}
-		if err != nil {
-			t.Fatalf("probe %s: %v", mode, err)
-		}
-		return false
-	}
+	probe := func(mode string) bool { return testdb.RowLocked(t, pool, "job_queue", "id = $1", id, mode) }
 	return rowLocks{
-		keyShareBlocked: probe("FOR KEY SHARE"),
-		shareBlocked:    probe("FOR SHARE"),
-		updateBlocked:   probe("FOR UPDATE"),
+		keyShareBlocked: probe("KEY SHARE"),
+		shareBlocked:    probe("SHARE"),
+		updateBlocked:   probe("UPDATE"),
 	}
 }
 
@@ -113,28 +93,6 @@ func rowLockHolders(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) []uint32 {
 	}
 	t.Fatalf("waiter on job %s neither blocked nor finished", id)
 	return nil
-}
-
-// waitUntilWaitingOnLock polls pg_stat_activity until the backend pid waits
-// on a heavyweight lock.
-func waitUntilWaitingOnLock(t *testing.T, pool *pgxpool.Pool, pid uint32) {
-	t.Helper()
-	testdb.WaitFor(t, fmt.Sprintf("backend %d to wait on a lock", pid), func() bool {
-		return testdb.Scalar[bool](t, pool, `
-			SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, int32(pid))
-	})
-}
-
-func wantCode(t *testing.T, err error, code runledger.Code) *runledger.Error {
-	t.Helper()
-	var e *runledger.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("error %v (%T), want *runledger.Error with code %s", err, err, code)
-	}
-	if e.Code != code {
-		t.Fatalf("code %s (%s), want %s", e.Code, e.Detail, code)
-	}
-	return e
 }
 
 func testdbURLForExample() (string, error) { return testdb.NewURLForExample() }

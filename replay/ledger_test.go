@@ -227,7 +227,7 @@ func TestWorkflowStepJobCannotBeReplayedDirectly(t *testing.T) {
 	}
 	completeJob(t, ctx, pool, step.Job.ID, `{}`)
 	_, err = replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: step.Job.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if e := wantCode(t, err, runledger.CodeWorkflowManaged); e.Message != "Workflow-managed jobs cannot be requeued directly." {
+	if e := testdb.WantCode(t, err, runledger.CodeWorkflowManaged); e.Message != "Workflow-managed jobs cannot be requeued directly." {
 		t.Fatalf("%+v", e)
 	}
 }

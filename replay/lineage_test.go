@@ -79,9 +79,9 @@ func TestListAndOriginReadLineage(t *testing.T) {
 
 	for _, wrong := range []runledger.Scope{runledger.Global(), runledger.Organization(uuid.New())} {
 		_, err := replay.List(ctx, pool, wrong, source.ID)
-		wantCode(t, err, runledger.CodeJobNotFound)
+		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 		_, err = replay.Origin(ctx, pool, wrong, replayIDs[0])
-		wantCode(t, err, runledger.CodeJobNotFound)
+		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	}
 }
 

@@ -18,11 +18,7 @@ func beginTx(t *testing.T, ctx context.Context, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
 }) (pgx.Tx, uint32) {
 	t.Helper()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	tx := testdb.Begin(t, ctx, pool)
 	return tx, tx.Conn().PgConn().PID()
 }
 
@@ -158,7 +154,7 @@ func TestWaiterOnTheSourceLockSeesTheHoldersLineage(t *testing.T) {
 				out, err := replay.SucceededJobTx(ctx, waiter, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: c.reason})
 				done <- result{out, err}
 			}()
-			waitUntilWaitingOnLock(t, pool, waiterPID)
+			testdb.WaitBlocked(t, pool, waiterPID)
 			if err := holder.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}

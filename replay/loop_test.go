@@ -76,7 +76,7 @@ func TestLockLoopGivesUpAfterItsBound(t *testing.T) {
 	if out != nil || !errors.Is(err, runledger.CodeReplaySourceUnstable) {
 		t.Fatalf("outcome %v err %v, want the unstable-source error", out, err)
 	}
-	e := wantCode(t, err, runledger.CodeReplaySourceUnstable)
+	e := testdb.WantCode(t, err, runledger.CodeReplaySourceUnstable)
 	if e.Category != runledger.CategoryInternal {
 		t.Fatalf("category %s", e.Category)
 	}

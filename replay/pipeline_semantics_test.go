@@ -99,7 +99,7 @@ func TestInsertErrorInTheFinalBatchRollsBackAndKeepsTheConnection(t *testing.T) 
 	conns := pool.Stat().NewConnsCount()
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
-	if e := wantCode(t, err, "db.business_rule_violation"); e.Constraint != "test_refused" || errors.Is(err, runledger.ErrCommitUnconfirmed) {
+	if e := testdb.WantCode(t, err, "db.business_rule_violation"); e.Constraint != "test_refused" || errors.Is(err, runledger.ErrCommitUnconfirmed) {
 		t.Fatalf("%+v", e)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
@@ -132,7 +132,7 @@ func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
 	if !errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CodeOf(err) != runledger.ErrCommitUnconfirmed {
 		t.Fatalf("err %v, want commit-unconfirmed", err)
 	}
-	if e := wantCode(t, err, runledger.ErrCommitUnconfirmed); e.SQLState != "P0001" {
+	if e := testdb.WantCode(t, err, runledger.ErrCommitUnconfirmed); e.SQLState != "P0001" {
 		t.Fatalf("%+v: want the COMMIT's SQLSTATE", e)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 1 {

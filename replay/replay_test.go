@@ -167,7 +167,7 @@ func TestSameKeyWithAnotherReasonIsAConflict(t *testing.T) {
 	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "R"})
-	e := wantCode(t, err, runledger.CodeReplayIdempotencyConflict)
+	e := testdb.WantCode(t, err, runledger.CodeReplayIdempotencyConflict)
 	if !errors.Is(err, runledger.CodeReplayIdempotencyConflict) || e.Category != runledger.CategoryConflict ||
 		e.Message != "Job replay request conflicts with the existing replay key." {
 		t.Fatalf("conflict error %+v", e)
@@ -287,7 +287,7 @@ func TestWorkflowManagedSourceCannotBeReplayed(t *testing.T) {
 	ownBySingleStepWorkflow(t, pool, sourceID)
 
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	e := wantCode(t, err, runledger.CodeWorkflowManaged)
+	e := testdb.WantCode(t, err, runledger.CodeWorkflowManaged)
 	if !errors.Is(err, runledger.CodeWorkflowManaged) || e.Category != runledger.CategoryValidation ||
 		e.Message != "Workflow-managed jobs cannot be requeued directly." {
 		t.Fatalf("workflow error %+v", e)
@@ -315,7 +315,7 @@ func TestDisabledOrMissingDefinitionRefusesTheReplayAndWritesNothing(t *testing.
 	if !errors.Is(err, runledger.CodeDefinitionNotFoundOrDisabled) {
 		t.Fatalf("err %v, want definition not found or disabled", err)
 	}
-	wantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
+	testdb.WantCode(t, err, runledger.CodeDefinitionNotFoundOrDisabled)
 	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs: the failed replay left a row", n)
 	}
@@ -518,9 +518,9 @@ func TestCallerTransactionMustBeReadCommitted(t *testing.T) {
 		}
 		// Validation comes first, then the isolation check.
 		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: " ", Reason: "r"})
-		wantCode(t, err, "job.replay_request_key_blank")
+		testdb.WantCode(t, err, "job.replay_request_key_blank")
 		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-		e := wantCode(t, err, runledger.CodeReplayUnsupportedIsolation)
+		e := testdb.WantCode(t, err, runledger.CodeReplayUnsupportedIsolation)
 		if !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) || e.Category != runledger.CategoryValidation ||
 			!strings.Contains(e.Detail, strings.ToLower(string(level))) {
 			t.Fatalf("%s: %+v", level, e)

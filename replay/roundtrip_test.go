@@ -1,13 +1,11 @@
 package replay_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
@@ -39,7 +37,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 		testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm", Reason: "r"}))
 	})
 	t.Logf("first owned replay on a fresh connection: %d round trips (statements being prepared)", cold)
-	inTx(t, ctx, pool, func(tx pgx.Tx) {
+	testdb.InTx(t, ctx, pool, func(tx pgx.Tx) {
 		testdb.MustReplayed(t)(replay.SucceededJobTx(ctx, tx, replay.Request{Scope: runledger.Organization(org), SourceJobID: warm, ExpectedRunNumber: 1, Key: "warm-tx", Reason: "r"}))
 	})
 
@@ -99,7 +97,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 			t.Logf("SucceededJob %s: %d round trips", p.name, n)
 		}
 		req = p.req()
-		inTx(t, ctx, pool, func(tx pgx.Tx) {
+		testdb.InTx(t, ctx, pool, func(tx pgx.Tx) {
 			if n := testdb.Trips(counter, func() { out, err = replay.SucceededJobTx(ctx, tx, req) }); !p.check(out, err) || n != p.tx {
 				t.Errorf("SucceededJobTx %s: %d round trips (outcome %T %v), want %d", p.name, n, out, err, p.tx)
 			} else {
@@ -120,15 +118,4 @@ func TestRoundTripsPerPath(t *testing.T) {
 		t.Errorf("refused isolation: %d round trips, err %v; want 1 and the refusal", n, err)
 	}
 	_ = tx.Rollback(ctx)
-}
-
-// inTx runs fn in a transaction of pool's, rolled back afterwards.
-func inTx(t *testing.T, ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx)) {
-	t.Helper()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck
-	fn(tx)
 }

@@ -1,13 +1,11 @@
 package replay_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
@@ -36,7 +34,7 @@ func TestValidationCodes(t *testing.T) {
 	t.Parallel()
 	for _, c := range validationCases {
 		err := replay.Request{Key: c.key, Reason: c.reason}.Validate()
-		e := wantCode(t, err, c.code)
+		e := testdb.WantCode(t, err, c.code)
 		if e.Category != runledger.CategoryValidation || e.Message == "" || e.Detail == "" {
 			t.Errorf("%s: %+v", c.name, e)
 		}
@@ -56,30 +54,18 @@ func TestValidationCodes(t *testing.T) {
 	}
 }
 
-// closedPool returns a pool that was opened lazily and closed: any database
-// work fails, so a validation error proves none was attempted.
-func closedPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.Close()
-	return pool
-}
-
 func TestOwnedPathValidatesBeforeTakingAConnection(t *testing.T) {
 	t.Parallel()
 	ctx := testdb.Context(t)
-	pool := closedPool(t)
+	pool := testdb.ClosedPool(t)
 	for _, c := range validationCases {
 		_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: c.key, Reason: c.reason})
-		wantCode(t, err, c.code)
+		testdb.WantCode(t, err, c.code)
 	}
 	// A valid request does reach for a connection, and the closed pool's
 	// failure is classified, with the operation named in the detail.
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	e := wantCode(t, err, runledger.CodeQueryFailed)
+	e := testdb.WantCode(t, err, runledger.CodeQueryFailed)
 	if e.Category != runledger.CategoryInternal || !strings.Contains(e.Detail, "successful job replay") {
 		t.Fatalf("closed pool: %+v", e)
 	}
@@ -100,10 +86,10 @@ func TestCallerTransactionPathValidatesBeforeTouchingTheTransaction(t *testing.T
 	}
 	for _, c := range validationCases {
 		_, err := replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: c.key, Reason: c.reason})
-		wantCode(t, err, c.code)
+		testdb.WantCode(t, err, c.code)
 	}
 	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-	if e := wantCode(t, err, runledger.CodeTransient); !strings.Contains(e.Detail, "inspect transaction isolation") {
+	if e := testdb.WantCode(t, err, runledger.CodeTransient); !strings.Contains(e.Detail, "inspect transaction isolation") {
 		t.Fatalf("dead connection: %+v", e)
 	}
 }
@@ -143,7 +129,7 @@ func TestOwnedPathOverridesARepeatableReadSessionDefault(t *testing.T) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "", Reason: "r"})
-	wantCode(t, err, "job.replay_request_key_blank")
+	testdb.WantCode(t, err, "job.replay_request_key_blank")
 	_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 	if !errors.Is(err, runledger.CodeReplayUnsupportedIsolation) {
 		t.Fatalf("caller transaction on a repeatable-read session: %v", err)
@@ -164,7 +150,7 @@ func TestOwnedPathRollsBackOnErrorAndCommitsOutcomes(t *testing.T) {
 	// refuses (a CHECK this test adds) leaves no job behind.
 	testdb.Exec(t, pool, `ALTER TABLE job_replays ADD CONSTRAINT test_no_second CHECK (replay_request_key <> 'refused')`)
 	_, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "refused", Reason: "r"})
-	if e := wantCode(t, err, "db.business_rule_violation"); e.Constraint != "test_no_second" || e.SQLState != "23514" {
+	if e := testdb.WantCode(t, err, "db.business_rule_violation"); e.Constraint != "test_no_second" || e.SQLState != "23514" {
 		t.Fatalf("%+v", e)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 2 {

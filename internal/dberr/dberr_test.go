@@ -59,18 +59,7 @@ func TestClassifyStates(t *testing.T) {
 func conn(t *testing.T) (*pgx.Conn, *pgxpool.Pool) {
 	t.Helper()
 	url := testdb.NewURL(t)
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return c, pool
+	return testdb.Connect(t, url), testdb.OpenPool(t, url, 4, nil)
 }
 
 // waitGone polls pg_stat_activity until the backend pid has exited.
@@ -93,18 +82,16 @@ func waitGone(t *testing.T, pool *pgxpool.Pool, pid uint32) {
 	}
 }
 
-// wantTransient checks that the translation of err is db.transient with
-// the SQLSTATE the server sent, not wrapping a context error.
-func wantTransient(t *testing.T, err error, state string) {
+// wantTranslatedTransient checks that the translation of err is
+// db.transient with the SQLSTATE the server sent, not wrapping a context
+// error.
+func wantTranslatedTransient(t *testing.T, err error, state string) {
 	t.Helper()
 	if err == nil {
 		t.Fatal("statement on an ended session succeeded")
 	}
 	out := dberr.Translate(context.Background(), "run statement", err)
-	var e *runledger.Error
-	if !errors.As(out, &e) || e.Code != runledger.CodeTransient || !runledger.IsTransient(out) {
-		t.Fatalf("translated %v to %v, want db.transient", err, out)
-	}
+	e := testdb.WantCode(t, out, runledger.CodeTransient)
 	if e.SQLState != state {
 		t.Fatalf("SQLState %q (cause %v), want %s", e.SQLState, err, state)
 	}
@@ -128,7 +115,7 @@ func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
 	}
 	waitGone(t, pool, c.PgConn().PID())
 	_, err = tx.Exec(ctx, "SELECT 1")
-	wantTransient(t, err, "25P03")
+	wantTranslatedTransient(t, err, "25P03")
 }
 
 // TestIdleSessionTimeoutIsTransient: the server ends an idle session with
@@ -149,7 +136,7 @@ func TestIdleSessionTimeoutIsTransient(t *testing.T) {
 	}
 	waitGone(t, pool, c.PgConn().PID())
 	_, err := c.Exec(ctx, "SELECT 1")
-	wantTransient(t, err, "57P05")
+	wantTranslatedTransient(t, err, "57P05")
 }
 
 // TestTerminatedBackendIsTransient: pg_terminate_backend ends a session
@@ -165,7 +152,7 @@ func TestTerminatedBackendIsTransient(t *testing.T) {
 	}
 	waitGone(t, pool, pid)
 	_, err := c.Exec(ctx, "SELECT 1")
-	wantTransient(t, err, "57P01")
+	wantTranslatedTransient(t, err, "57P01")
 }
 
 // TestServerErrorKeepsClassAfterContextEnds: an error the server returned

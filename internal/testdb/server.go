@@ -250,8 +250,8 @@ func withDatabase(connString, name string) (string, error) {
 	return connString + " dbname='" + quoted + "'", nil
 }
 
-// randomHex returns 2n random hex digits.
-func randomHex(n int) string {
+// RandomHex returns 2n random hex digits, for unique names.
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		panic(err) // crypto/rand does not fail on Linux

@@ -119,6 +119,32 @@ func OpenPool(t testing.TB, url string, maxConns int32, params map[string]string
 	return pool
 }
 
+// Connect opens one connection of its own to url, closed at cleanup.
+func Connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// ClosedPool returns a closed pool configured for an address where nothing
+// listens: any operation that reached for the database would fail, so a
+// validation error from it proves no round trip was attempted.
+func ClosedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	return pool
+}
+
 // WaitFor polls cond until it holds, failing the test after 30 seconds.
 // cond is a catalog query (pg_locks, pg_stat_activity) or another
 // observation of state; the interval is a poll, not a synchronisation.

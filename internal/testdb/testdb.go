@@ -175,7 +175,7 @@ func NewURLForExample() (string, error) {
 	if tmplErr != nil {
 		return "", tmplErr
 	}
-	name := clonePrefix + randomHex(6)
+	name := clonePrefix + RandomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
@@ -191,7 +191,7 @@ func NewURLForExample() (string, error) {
 // DATABASE options, registers its drop and returns its connection string.
 func createDatabase(t testing.TB, srv *server, options string) string {
 	t.Helper()
-	name := clonePrefix + randomHex(6)
+	name := clonePrefix + RandomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" "+options); err != nil {

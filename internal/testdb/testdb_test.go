@@ -442,7 +442,7 @@ func TestWithDatabase(t *testing.T) {
 // whatever the test leaves under it (or its build name).
 func scratchTemplate(t *testing.T, adminURL string) string {
 	t.Helper()
-	name := templatePrefix + "test_" + randomHex(4)
+	name := templatePrefix + "test_" + RandomHex(4)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -525,7 +525,7 @@ func assertTemplate(t *testing.T, admin *pgxpool.Pool, name, table string) {
 func hasTable(t *testing.T, admin *pgxpool.Pool, template, table string) bool {
 	t.Helper()
 	ctx := context.Background()
-	clone := clonePrefix + randomHex(6)
+	clone := clonePrefix + RandomHex(6)
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident(clone)+" TEMPLATE "+ident(template)); err != nil {
 		t.Fatalf("clone %s: %v", template, err)
 	}

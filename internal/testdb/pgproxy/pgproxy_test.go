@@ -1,12 +1,9 @@
 package pgproxy_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
@@ -31,21 +28,11 @@ func start(t *testing.T, opts pgproxy.Options) (*pgproxy.Proxy, string) {
 	return p, url
 }
 
-func connect(t *testing.T, connString string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(testdb.Context(t), connString)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	return c
-}
-
 func TestDelayHoldsEveryRequest(t *testing.T) {
 	t.Parallel()
 	const d = 20 * time.Millisecond
 	p, url := start(t, pgproxy.Options{Delay: d})
-	c := connect(t, p.ConnString(url))
+	c := testdb.Connect(t, p.ConnString(url))
 	p.ResetHeld()
 	t0 := time.Now()
 	for i := 0; i < 3; i++ { // one round trip each
@@ -70,7 +57,7 @@ func TestDropReplyRunsTheCommandAndClosesTheConnection(t *testing.T) {
 		defer mu.Unlock()
 		seen = append(seen, m)
 	}})
-	c := connect(t, p.ConnString(url))
+	c := testdb.Connect(t, p.ConnString(url))
 	if _, err := c.Exec(testdb.Context(t), `SELECT 1/0`); err == nil {
 		t.Fatal("1/0 succeeded")
 	}
@@ -81,7 +68,7 @@ func TestDropReplyRunsTheCommandAndClosesTheConnection(t *testing.T) {
 	if p.Dropped() != 1 || !c.IsClosed() {
 		t.Fatalf("dropped %d replies, connection closed %v; want 1 and closed", p.Dropped(), c.IsClosed())
 	}
-	direct := connect(t, url)
+	direct := testdb.Connect(t, url)
 	if n := testdb.Scalar[int](t, direct, `SELECT count(*) FROM pg_class WHERE relname = 'landed'`); n != 1 {
 		t.Fatal("the command whose reply was dropped did not run")
 	}
