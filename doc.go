@@ -12,4 +12,12 @@
 // Code("job.payload_invalid")), and anything else by CategoryOf or
 // IsTransient. Error() carries the message, code, detail and cause, and
 // *Error implements slog.LogValuer.
+//
+// The module has three floors. The library is this package, db, replay,
+// jobs, goose and schema. Its foundations live in internal/ (errs,
+// validate, dberr, txn, rows, failpoint) and import only this package, db
+// and each other. Tooling stands on the library: the test kit under
+// internal/testdb and the command line under cmd/runledger (its bench in
+// cmd/runledger/internal); nothing in the library or its foundations
+// imports it.
 package runledger

@@ -10,7 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/jobs"
 )
 
 func TestCodeMatchesWithErrorsIs(t *testing.T) {
@@ -99,5 +103,34 @@ func TestCategoryOf(t *testing.T) {
 	}
 	if !runledger.IsTransient(&runledger.Error{Category: runledger.CategoryTransient}) {
 		t.Fatal("IsTransient")
+	}
+}
+
+// TestLibraryErrorsPrintTheirDetail checks errors as the library returns
+// them, not built by hand: %v holds the message, the code, the detail and
+// the cause, so a log line that prints err loses nothing.
+func TestLibraryErrorsPrintTheirDetail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.ClosedPool(t)
+	_, validation := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: " "})
+	_, database := jobs.Get(ctx, pool, runledger.Global(), uuid.New())
+	for _, err := range []error{validation, database} {
+		var e *runledger.Error
+		if !errors.As(err, &e) || e.Detail == "" {
+			t.Fatalf("err = %v (%T), want a *runledger.Error with a detail", err, err)
+		}
+		text := fmt.Sprint(err)
+		for _, part := range []string{e.Message, string(e.Code), e.Detail} {
+			if !strings.Contains(text, part) {
+				t.Errorf("fmt.Sprint(err) = %q, missing %q", text, part)
+			}
+		}
+		if e.Err != nil && !strings.Contains(text, e.Err.Error()) {
+			t.Errorf("fmt.Sprint(err) = %q, missing the cause %q", text, e.Err)
+		}
+	}
+	if runledger.CodeOf(database) == runledger.CodeOf(validation) {
+		t.Fatalf("both errors have code %s; want a validation and a database failure", runledger.CodeOf(database))
 	}
 }

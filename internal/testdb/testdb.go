@@ -32,9 +32,12 @@
 // Beside databases, testdb holds what every package's tests share: test SQL
 // that fails the test on error (Exec, Scalar, Column, Count, EventTypes),
 // ledger states to start from, written in SQL (DefineType, Seed) or through
-// package jobs (Define, Enqueue, Claim, Leased), waits on catalog
-// state (WaitFor) and outcome checks (MustReplayed). It is tooling: no
-// library package imports it.
+// package jobs (Define, Enqueue, Claim, Leased), connections and
+// transactions that end with the test (Connect, OpenPool, Begin, InTx,
+// ClosedPool), lock observation without sleeps (RowLocked, WaitBlocked,
+// WaitFor), round-trip counting (CountingPool, Trips) and error and
+// outcome checks (WantCode, WantTransient, WantCommitUnconfirmed,
+// MustReplayed). It is tooling: no library package imports it.
 package testdb
 
 import (
