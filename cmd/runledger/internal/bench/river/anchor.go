@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
+	"github.com/runledger-go/runledger/internal/testdb/roundtrip"
 )
 
 // jobArgs is the River job the comparison inserts and retries: a payload
@@ -185,17 +185,7 @@ func countTrips(ctx context.Context, dbURL string, do func(context.Context, *riv
 	if err != nil {
 		return 0, err
 	}
-	counter := &tripCounter{readLast: true}
-	dialer := &net.Dialer{}
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: conn, c: counter}, nil
-	}
-	cfg.MaxConns = 1
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	counter := roundtrip.Pool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return 0, err
@@ -210,54 +200,9 @@ func countTrips(ctx context.Context, dbURL string, do func(context.Context, *riv
 			return 0, err
 		}
 	}
-	before := counter.count()
+	before := counter.Count()
 	if err := do(ctx, client, 1); err != nil {
 		return 0, err
 	}
-	return counter.count() - before, nil
-}
-
-type tripCounter struct {
-	mu       sync.Mutex
-	trips    int
-	readLast bool
-}
-
-func (c *tripCounter) wrote() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.readLast {
-		c.trips++
-		c.readLast = false
-	}
-}
-
-func (c *tripCounter) read() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.readLast = true
-}
-
-func (c *tripCounter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trips
-}
-
-type countingConn struct {
-	net.Conn
-	c *tripCounter
-}
-
-func (cc countingConn) Write(b []byte) (int, error) {
-	cc.c.wrote()
-	return cc.Conn.Write(b)
-}
-
-func (cc countingConn) Read(b []byte) (int, error) {
-	n, err := cc.Conn.Read(b)
-	if n > 0 {
-		cc.c.read()
-	}
-	return n, err
+	return counter.Count() - before, nil
 }
