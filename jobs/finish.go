@@ -206,12 +206,14 @@ func Backoff(attempt int32) time.Duration {
 
 // Fail records a failed attempt of a leased job in one statement on the
 // pool and returns the job as stored after it. The lease and scope are
-// compared, and a miss reported, exactly as by Complete. With attempts left (attempt < max_attempts) and Terminal false
-// the job returns to PENDING, stage scheduled, due after the retry delay,
-// worker cleared, with a RETRY_SCHEDULED event; the next claim starts
-// attempt + 1 of the same run. Otherwise it is DEAD_LETTERED (finished)
-// with a DEAD_LETTERED event. Either way the error code and message are
-// stored and the execution resource claim is released.
+// compared, and a miss reported, exactly as by Complete.
+//
+// With attempts left (attempt < max_attempts) and Terminal false the job
+// returns to PENDING, stage scheduled, due after the retry delay, worker
+// cleared, with a RETRY_SCHEDULED event; the next claim starts attempt + 1
+// of the same run. Otherwise it is DEAD_LETTERED (finished) with a
+// DEAD_LETTERED event. Either way the error code and message are stored
+// and the execution resource claim is released.
 func Fail(ctx context.Context, pool *pgxpool.Pool, req FailRequest) (runledger.Job, error) {
 	return validated(ctx, pool, req, fail)
 }

@@ -33,14 +33,7 @@ Exit codes: 0 done (even with no job); 2 invalid input; 1 other errors.`,
 		lease := fs.duration("lease", 30*time.Second, "`D`: how long the worker holds each job, as a Go duration (30s, 5m, 1h30m).")
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			req := jobs.ClaimRequest{WorkerID: *worker, JobTypes: *types, Limit: int(*limit), Lease: *lease}
-			if err := req.Validate(); err != nil {
-				return nil, err
-			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			leased, err := jobs.Claim(ctx, pool, req)
+			leased, err := validatedCall(ctx, inv, req, jobs.Claim)
 			if err != nil {
 				return nil, err
 			}

@@ -63,6 +63,20 @@ func (inv *invocation) hasURL() bool {
 	return err == nil
 }
 
+// validatedCall validates req before connecting, so that an invalid request exits 2
+// without a database, then runs op on the pool.
+func validatedCall[R interface{ Validate() error }, T any](ctx context.Context, inv *invocation, req R, op func(context.Context, *pgxpool.Pool, R) (T, error)) (T, error) {
+	var zero T
+	if err := req.Validate(); err != nil {
+		return zero, err
+	}
+	pool, err := inv.Pool(ctx)
+	if err != nil {
+		return zero, err
+	}
+	return op(ctx, pool, req)
+}
+
 // Pool returns a pool on the configured database, connecting (and
 // checking the connection) on the first call. This is where a command's
 // database work starts.

@@ -39,14 +39,7 @@ timeout); 1 other errors.`,
 				Priority:       *priority,
 				Enabled:        *enabled,
 			}
-			if err := in.Validate(); err != nil {
-				return nil, err
-			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			def, err := jobs.UpsertDefinition(ctx, pool, in)
+			def, err := validatedCall(ctx, inv, in, jobs.UpsertDefinition)
 			if err != nil {
 				return nil, err
 			}

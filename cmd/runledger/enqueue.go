@@ -58,14 +58,7 @@ Exit codes: 0 done; 2 invalid input or job type missing or disabled;
 			if fs.isSet("resource-key") && *resource == "" {
 				return nil, invalidArgf("enqueue: --resource-key must not be empty")
 			}
-			if err := req.Validate(); err != nil {
-				return nil, err
-			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			res, err := jobs.Enqueue(ctx, pool, req)
+			res, err := validatedCall(ctx, inv, req, jobs.Enqueue)
 			if err != nil {
 				return nil, err
 			}

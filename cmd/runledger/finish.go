@@ -79,14 +79,7 @@ Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
 				JobID: **lease.job, RunNumber: *lease.run, Attempt: *lease.attempt, WorkerID: *lease.worker,
 				Output: *output,
 			}
-			if err := req.Validate(); err != nil {
-				return nil, err
-			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			job, err := jobs.Complete(ctx, pool, req)
+			job, err := validatedCall(ctx, inv, req, jobs.Complete)
 			if err != nil {
 				return nil, err
 			}
@@ -124,14 +117,7 @@ Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
 				JobID: **lease.job, RunNumber: *lease.run, Attempt: *lease.attempt, WorkerID: *lease.worker,
 				ErrorCode: *code, ErrorMessage: *message, Terminal: *terminal, RetryDelay: *delay,
 			}
-			if err := req.Validate(); err != nil {
-				return nil, err
-			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			job, err := jobs.Fail(ctx, pool, req)
+			job, err := validatedCall(ctx, inv, req, jobs.Fail)
 			if err != nil {
 				return nil, err
 			}

@@ -56,14 +56,7 @@ found; 5 key reused with another reason; 1 other errors.`,
 				Key:               *key,
 				Reason:            *reason,
 			}
-			if err := req.Validate(); err != nil {
-				return nil, err
-			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			out, err := replay.SucceededJob(ctx, pool, req)
+			out, err := validatedCall(ctx, inv, req, replay.SucceededJob)
 			if err != nil {
 				return nil, err
 			}

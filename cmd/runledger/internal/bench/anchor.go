@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
 	"time"
 )
 
@@ -96,14 +95,6 @@ func (r *Report) anchorRatios(w io.Writer, k groupKey) {
 			res.Path, res.Client, res.Operation, res.Clients,
 			goRes.PerSecond/res.PerSecond, goRes.P50/res.P50, goRes.P95/res.P95))
 	}
-	if len(lines) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\n  replay (Go) / anchor, same run (throughput ratio: above 1 means replay is faster; p50 and p95 ratios: below 1 means replay is faster)")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tanchor\tclients\tops/s ratio\tp50 ratio\tp95 ratio\t")
-	for _, l := range lines {
-		fmt.Fprintln(tw, l)
-	}
-	tw.Flush()
+	printTable(w, "\n  replay (Go) / anchor, same run (throughput ratio: above 1 means replay is faster; p50 and p95 ratios: below 1 means replay is faster)\n",
+		"path\tanchor\tclients\tops/s ratio\tp50 ratio\tp95 ratio\t", lines)
 }

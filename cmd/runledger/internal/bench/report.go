@@ -134,12 +134,19 @@ func (r *Report) ratios(w io.Writer, k groupKey) {
 		}
 		lines = append(lines, line)
 	}
+	printTable(w, "\n  Go / pgbench (throughput ratio: above 1 means Go is faster; p50 ratio: below 1 means Go is faster)\n",
+		"path\tclients\tops/s vs reference\tp50 vs reference\tops/s vs 3-trip\tp50 vs 3-trip\tops/s vs pipelined\tp50 vs pipelined\t", lines)
+}
+
+// printTable prints title, then header and lines as right-aligned
+// columns; nothing at all when there are no lines.
+func printTable(w io.Writer, title, header string, lines []string) {
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\n  Go / pgbench (throughput ratio: above 1 means Go is faster; p50 ratio: below 1 means Go is faster)")
+	fmt.Fprint(w, title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tclients\tops/s vs reference\tp50 vs reference\tops/s vs 3-trip\tp50 vs 3-trip\tops/s vs pipelined\tp50 vs pipelined\t")
+	fmt.Fprintln(tw, header)
 	for _, l := range lines {
 		fmt.Fprintln(tw, l)
 	}
@@ -178,17 +185,9 @@ func (r *Report) latencyBound(w io.Writer) {
 		}
 		lines = append(lines, line)
 	}
-	if len(lines) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\n== added round-trip latency d: p50 against (baseline p50 + round trips x d) + 10%")
-	fmt.Fprintln(w, "   target: direct p50 and nominal d; isolated: p50 through the proxy without delay and the delay it actually held")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tseed\tclient\tpath\tclients\tadded\tp50\tdirect p50\ttarget\t\tproxied p50\theld ms\tisolated\t\t")
-	for _, l := range lines {
-		fmt.Fprintln(tw, l)
-	}
-	tw.Flush()
+	printTable(w, "\n== added round-trip latency d: p50 against (baseline p50 + round trips x d) + 10%\n"+
+		"   target: direct p50 and nominal d; isolated: p50 through the proxy without delay and the delay it actually held\n",
+		"server\tseed\tclient\tpath\tclients\tadded\tp50\tdirect p50\ttarget\t\tproxied p50\theld ms\tisolated\t\t", lines)
 }
 
 func rttShort(s string, proxied bool) string {
@@ -229,16 +228,8 @@ func (r *Report) growth(w io.Writer) {
 		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.2fx\t%.2fx\t",
 			res.Server, rttShort(res.AddedRTT, res.Proxied), res.Client, res.Path, res.Clients, base.P50, res.P50, res.P50/base.P50, res.PerSecond/base.PerSecond))
 	}
-	if len(lines) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "\n== growth: %d sources against %d\n", large, small)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "server\tnetwork\tclient\tpath\tclients\tp50 ms at %d\tp50 ms at %d\tp50 ratio\tops/s ratio\t\n", small, large)
-	for _, l := range lines {
-		fmt.Fprintln(tw, l)
-	}
-	tw.Flush()
+	printTable(w, fmt.Sprintf("\n== growth: %d sources against %d\n", large, small),
+		fmt.Sprintf("server\tnetwork\tclient\tpath\tclients\tp50 ms at %d\tp50 ms at %d\tp50 ratio\tops/s ratio\t", small, large), lines)
 }
 
 func (res Result) addedRTTValue() time.Duration {

@@ -1,7 +1,7 @@
 -- The reference protocol, inserted path: one statement per round trip,
 -- 9 round trips (BEGIN; SET TRANSACTION; lineage lookup; source lock;
 -- second lookup; insert job; insert event; insert lineage; COMMIT), as the
--- reference implementation sends them (reference-replay.md 3.0-3.5, 6, 7.2).
+-- reference implementation sends them.
 \set i random(1, :sources)
 \set k random(1, 9000000000000000000)
 \set run 1
