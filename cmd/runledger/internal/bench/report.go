@@ -7,6 +7,70 @@ import (
 	"time"
 )
 
+// Result is one measured run.
+type Result struct {
+	Server   string `json:"server"`
+	Sources  int    `json:"sources"`
+	AddedRTT string `json:"added_rtt"`
+	addedRTT time.Duration
+	// Proxied: the run went through the delay proxy (also with a zero
+	// delay, the baseline of the added-latency runs). HeldMS is how long
+	// the proxy actually held each chunk the client sent, on average: the
+	// added latency per round trip as delivered, timer overshoot included.
+	Proxied bool    `json:"proxied"`
+	HeldMS  float64 `json:"held_ms,omitempty"`
+	Path    Path    `json:"path"`
+	Client  string  `json:"client"`
+	// Operation is an anchor's operation compared with Path (empty for
+	// the bench's own clients).
+	Operation string  `json:"operation,omitempty"`
+	Clients   int     `json:"clients"`
+	Seconds   float64 `json:"seconds"`
+	Ops       int64   `json:"ops"`
+	Errors    int64   `json:"errors"`
+	// FirstError describes the first failed or unexpected operation.
+	FirstError string `json:"first_error,omitempty"`
+	// PerSecond is operations per second; the latencies are in
+	// milliseconds.
+	PerSecond  float64 `json:"per_second"`
+	P50        float64 `json:"p50_ms"`
+	P95        float64 `json:"p95_ms"`
+	P99        float64 `json:"p99_ms"`
+	RoundTrips int     `json:"round_trips"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Machine  Machine  `json:"machine"`
+	Settings Settings `json:"settings"`
+	Results  []Result `json:"results"`
+}
+
+// Machine describes where the bench ran.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	GoVersion  string `json:"go_version"`
+	PostgreSQL string `json:"postgresql"`
+	Pgbench    string `json:"pgbench,omitempty"`
+}
+
+// Settings echoes the options that shape the figures.
+type Settings struct {
+	Servers  []string `json:"servers"`
+	Sources  []int    `json:"sources"`
+	Clients  []int    `json:"clients"`
+	Duration string   `json:"duration"`
+	Warmup   string   `json:"warmup"`
+	Rounds   int      `json:"rounds"`
+	AddedRTT []string `json:"added_rtt"`
+	Pgbench  bool     `json:"compare_pgbench"`
+	// CancelableContext: the Go calls got a cancelable context.
+	CancelableContext bool `json:"cancelable_context"`
+	// Anchors names the anchors that ran (Result.Client of their runs).
+	Anchors []string `json:"anchors,omitempty"`
+}
+
 // group is the results of one server, seed size and added latency.
 type groupKey struct {
 	server   string
