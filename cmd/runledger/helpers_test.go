@@ -210,6 +210,7 @@ func keys(m map[string]json.RawMessage) []string {
 // wantKeys fails unless m has exactly the given keys.
 func wantKeys(t *testing.T, what string, m map[string]json.RawMessage, want ...string) {
 	t.Helper()
+	want = append([]string(nil), want...) // callers pass shared slices (jobKeys) from parallel tests
 	sort.Strings(want)
 	if got := keys(m); !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s keys = %v, want %v", what, got, want)
