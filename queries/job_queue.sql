@@ -386,19 +386,20 @@ FROM locked;
 -- while runledger.replay is @run_if; with @run_if NULL it always reads.
 -- job is the whole row as one jsonb value (decoded only for a mismatch),
 -- its timestamps in UTC so that they parse as RFC 3339 whatever the
--- session's TimeZone, for any year from 1 to 9999.
+-- session's TimeZone, for any year from 1 to 9999 (written without a
+-- to_char pattern: pgbench would take its ":MI" for a variable).
 -- name: JobGetForReplayClassification :one
 SELECT job_queue.status,
        job_queue.run_number,
        EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
        (to_jsonb(job_queue) || jsonb_build_object(
-           'next_run_at', to_char(next_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'lease_expires_at', to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'last_heartbeat_at', to_char(last_heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'started_at', to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'finished_at', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'created_at', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'updated_at', to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))::jsonb AS job
+           'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job
 FROM job_queue
 WHERE job_queue.id = @id
   AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid

@@ -84,13 +84,13 @@ SELECT job_queue.status,
        job_queue.run_number,
        EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
        (to_jsonb(job_queue) || jsonb_build_object(
-           'next_run_at', to_char(next_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'lease_expires_at', to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'last_heartbeat_at', to_char(last_heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'started_at', to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'finished_at', to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'created_at', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'updated_at', to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))::jsonb AS job
+           'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
+           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job
 FROM job_queue
 WHERE job_queue.id = runledger_bench_id(:i)
   AND organization_id IS NOT DISTINCT FROM :org::uuid
