@@ -6,7 +6,13 @@ const (
 	FailpointBeforeSourceLock = fpBeforeSourceLock
 	FailpointAfterLockMiss    = fpAfterLockMiss
 	FailpointAfterSourceLock  = fpAfterSourceLock
+	FailpointBulkAfterLock    = fpBulkAfterLock
+	FailpointBulkAfterChunk   = fpBulkAfterChunk
+	BulkOperation             = bulkOperation
 )
+
+// BulkCall is what this package's bulk failpoint hooks receive.
+type BulkCall = bulkCall
 
 // FailpointCall is what this package's failpoint hooks receive.
 type FailpointCall = failpointCall

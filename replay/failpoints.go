@@ -30,10 +30,19 @@ const (
 	// fpAfterInsert: the replay, its event and lineage are written; in
 	// SucceededJob COMMIT is next (then txn's before-commit point).
 	fpAfterInsert = "replay/after-insert"
+	// fpBulkAfterLock: a bulk chunk's first round trip is in: the sources
+	// without lineage are locked, nothing is written yet (fired with a
+	// bulkCall).
+	fpBulkAfterLock = "replay/bulk-after-lock"
+	// fpBulkAfterChunk: a bulk chunk has ended (committed, or rolled back
+	// in a dry run) and been reported; the next chunk is next (fired with
+	// a bulkCall).
+	fpBulkAfterChunk = "replay/bulk-after-chunk"
 )
 
 func init() {
-	failpoint.Declare(fpAfterLookup, fpBeforeSourceLock, fpAfterLockMiss, fpAfterSourceLock, fpAfterInsert)
+	failpoint.Declare(fpAfterLookup, fpBeforeSourceLock, fpAfterLockMiss, fpAfterSourceLock, fpAfterInsert,
+		fpBulkAfterLock, fpBulkAfterChunk)
 }
 
 // failpointCall identifies a replay request at a failpoint. Attempt is the
@@ -46,4 +55,11 @@ type failpointCall struct {
 
 func call(req Request, attempt int) failpointCall {
 	return failpointCall{SourceJobID: req.SourceJobID, Key: req.Key, Attempt: attempt}
+}
+
+// bulkCall identifies a bulk action's chunk at a failpoint: the action's
+// key and the chunk's index (from 0).
+type bulkCall struct {
+	Key   string
+	Chunk int
 }

@@ -1,0 +1,227 @@
+-- Bulk compare-and-replay: the statements of one chunk of sources, each
+-- set-based over arrays of the chunk's sources. A chunk runs them in one
+-- READ COMMITTED transaction: JobReplayBulkLockSources, then
+-- JobReplayBulkInsert for the sources it locked and
+-- JobGetForBulkReplayClassification for the others.
+
+-- JobReplayBulkLockSources is the single replay's lineage lookup and
+-- source lock for a chunk of sources (@source_job_ids with their expected
+-- runs @source_run_numbers, no id twice), in one statement. It returns one
+-- row per source, in the order given: the lineage of (source, run,
+-- @replay_request_key) in the caller's scope (null-safe on the source's
+-- organization), if any, with its reason; and whether the source was
+-- locked. Only a source without that lineage is locked, and only while it
+-- is eligible: in the scope, SUCCEEDED at the expected run, in no
+-- workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
+-- so chunks over overlapping sources (and single replays, which lock one
+-- source) wait for each other instead of deadlocking; a waiter re-checks
+-- the conditions on the newest row. Replay jobs are not locked: a bulk
+-- result reports no replay status that a lock would have to keep true.
+-- name: JobReplayBulkLockSources :many
+WITH input AS (
+    SELECT i.source_job_id, (@source_run_numbers::int[])[i.ord] AS source_run_number, i.ord
+    FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS i(source_job_id, ord)
+),
+lineage AS MATERIALIZED (
+    SELECT jr.source_job_id, jr.replay_job_id, jr.reason
+    FROM input
+    JOIN job_replays jr ON jr.source_job_id = input.source_job_id
+                       AND jr.source_run_number = input.source_run_number
+                       AND jr.replay_request_key = @replay_request_key
+    JOIN job_queue source ON source.id = jr.source_job_id
+    WHERE source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM input
+    JOIN job_queue jq ON jq.id = input.source_job_id AND jq.run_number = input.source_run_number
+    WHERE jq.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+      AND jq.status = 'SUCCEEDED'
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id)
+      AND NOT EXISTS (SELECT 1 FROM lineage WHERE lineage.source_job_id = jq.id)
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+)
+SELECT input.source_job_id::uuid AS source_job_id,
+       input.source_run_number::int AS source_run_number,
+       lineage.replay_job_id,
+       lineage.reason,
+       (locked.id IS NOT NULL)::bool AS locked
+FROM input
+LEFT JOIN lineage ON lineage.source_job_id = input.source_job_id
+LEFT JOIN locked ON locked.id = input.source_job_id
+ORDER BY input.ord;
+
+-- JobReplayBulkInsert is the single replay's second lookup and insert for
+-- the sources a chunk locked (@source_job_ids at @source_run_numbers, each
+-- with the id @replay_job_ids gives its replay), in one statement whose
+-- snapshot is taken after the lock waits: it sees the lineage of a replay
+-- that held a source before. A source with that lineage gets no replay and
+-- its row reports the lineage; every other source whose job type's
+-- definition exists and is enabled (read FOR SHARE, in job type order, so
+-- a definition change waits) gets what JobReplayInsert writes: a fresh job
+-- (type, organization, payload, priority, max_attempts, timeout_seconds
+-- and execution_resource_key copied; run 1, PENDING, queued, due now), its
+-- one ENQUEUED event with the five-key provenance, and the lineage row. A
+-- source of a missing or disabled definition gets nothing and a row with
+-- neither lineage nor replay. One row per source, in the order given, with
+-- the counts of what was written for a check.
+-- name: JobReplayBulkInsert :many
+WITH locked AS (
+    SELECT l.source_job_id, (@source_run_numbers::int[])[l.ord] AS source_run_number,
+           (@replay_job_ids::uuid[])[l.ord] AS replay_job_id, l.ord
+    FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS l(source_job_id, ord)
+),
+lineage AS MATERIALIZED (
+    SELECT jr.source_job_id, jr.replay_job_id, jr.reason
+    FROM locked
+    JOIN job_replays jr ON jr.source_job_id = locked.source_job_id
+                       AND jr.source_run_number = locked.source_run_number
+                       AND jr.replay_request_key = @replay_request_key
+),
+definition AS MATERIALIZED (
+    SELECT d.job_type
+    FROM job_definitions d
+    WHERE d.is_enabled
+      AND d.job_type IN (SELECT s.job_type FROM locked JOIN job_queue s ON s.id = locked.source_job_id)
+    ORDER BY d.job_type
+    FOR SHARE
+),
+source AS MATERIALIZED (
+    SELECT locked.replay_job_id AS new_id, s.id, s.run_number, s.job_type, s.organization_id, s.payload,
+           s.priority, s.max_attempts, s.timeout_seconds, s.execution_resource_key
+    FROM locked
+    JOIN job_queue s ON s.id = locked.source_job_id AND s.run_number = locked.source_run_number
+    JOIN definition d ON d.job_type = s.job_type
+    WHERE NOT EXISTS (SELECT 1 FROM lineage WHERE lineage.source_job_id = locked.source_job_id)
+),
+inserted AS (
+    INSERT INTO job_queue (
+        id, job_type, organization_id, payload, priority, max_attempts,
+        timeout_seconds, next_run_at, stage, execution_resource_key
+    )
+    SELECT new_id, job_type, organization_id, payload, priority, max_attempts,
+           timeout_seconds, now(), 'queued', execution_resource_key
+    FROM source
+    ORDER BY new_id
+    RETURNING id, job_type, status, run_number, stage
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
+    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
+           jsonb_strip_nulls(jsonb_build_object(
+               'job_type', inserted.job_type,
+               'replayed_from_job_id', source.id,
+               'replayed_from_run_number', source.run_number,
+               'replay_request_key', @replay_request_key::text,
+               'reason', @reason::text))
+    FROM inserted JOIN source ON source.new_id = inserted.id
+    RETURNING id
+),
+recorded AS (
+    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.id, source.run_number, @replay_request_key::text, inserted.id, @reason::text
+    FROM inserted JOIN source ON source.new_id = inserted.id
+    RETURNING source_job_id, replay_job_id
+)
+SELECT locked.source_job_id::uuid AS source_job_id,
+       locked.source_run_number::int AS source_run_number,
+       lineage.replay_job_id AS existing_replay_job_id,
+       lineage.reason AS existing_reason,
+       recorded.replay_job_id AS inserted_replay_job_id,
+       inserted.status AS inserted_status,
+       inserted.run_number AS inserted_run_number,
+       (SELECT count(*) FROM inserted) AS inserted_count,
+       (SELECT count(*) FROM event) AS event_count,
+       (SELECT count(*) FROM recorded) AS lineage_count
+FROM locked
+LEFT JOIN lineage ON lineage.source_job_id = locked.source_job_id
+LEFT JOIN recorded ON recorded.source_job_id = locked.source_job_id
+LEFT JOIN inserted ON inserted.id = recorded.replay_job_id
+ORDER BY locked.ord;
+
+-- JobGetForBulkReplayClassification reads, without any lock, the sources
+-- of a chunk that had no lineage and were not locked (@ids), in the
+-- caller's scope (null-safe): a source it returns no row for is NotFound;
+-- the others are told apart by status, run and workflow membership. A
+-- rejected source thus leaves no row lock behind.
+-- name: JobGetForBulkReplayClassification :many
+SELECT jq.id,
+       jq.status,
+       jq.run_number,
+       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id) AS workflow_managed
+FROM job_queue jq
+WHERE jq.id = ANY(@ids::uuid[])
+  AND jq.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+
+-- JobListSucceededForReplayGlobal selects the next page of a bulk replay
+-- by filter in the global scope: jobs of @job_type without an organization
+-- that are SUCCEEDED and finished in [@since, @until) (either bound NULL:
+-- open), in finish order then id, after the cursor (@after_finished_at,
+-- @after_id; NULLs for the first page), at most @max_jobs. A job that is
+-- itself a replay made under @replay_request_key is never selected, so an
+-- action does not replay the replays it made. A job without a finish time
+-- is never selected. No lock: the chunk locks what it replays.
+-- name: JobListSucceededForReplayGlobal :many
+SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
+FROM job_queue jq
+WHERE jq.job_type = @job_type
+  AND jq.organization_id IS NULL
+  AND jq.status = 'SUCCEEDED'
+  AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
+  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+  AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
+                                 coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+ORDER BY jq.finished_at, jq.id
+LIMIT @max_jobs;
+
+-- JobListSucceededForReplayOrg is JobListSucceededForReplayGlobal for one
+-- organization's scope (a separate statement so each matches the index).
+-- name: JobListSucceededForReplayOrg :many
+SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
+FROM job_queue jq
+WHERE jq.job_type = @job_type
+  AND jq.organization_id = @organization_id
+  AND jq.status = 'SUCCEEDED'
+  AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
+  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+  AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
+                                 coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+ORDER BY jq.finished_at, jq.id
+LIMIT @max_jobs;
+
+-- JobCountSucceededForReplayGlobal counts what JobListSucceededForReplayGlobal
+-- would select from the start, at most @max_jobs. No lock.
+-- name: JobCountSucceededForReplayGlobal :one
+SELECT count(*) FROM (
+    SELECT 1
+    FROM job_queue jq
+    WHERE jq.job_type = @job_type
+      AND jq.organization_id IS NULL
+      AND jq.status = 'SUCCEEDED'
+      AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
+      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+      AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                      WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+    LIMIT @max_jobs
+) selected;
+
+-- JobCountSucceededForReplayOrg counts what JobListSucceededForReplayOrg
+-- would select from the start, at most @max_jobs. No lock.
+-- name: JobCountSucceededForReplayOrg :one
+SELECT count(*) FROM (
+    SELECT 1
+    FROM job_queue jq
+    WHERE jq.job_type = @job_type
+      AND jq.organization_id = @organization_id
+      AND jq.status = 'SUCCEEDED'
+      AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
+      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+      AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                      WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+    LIMIT @max_jobs
+) selected;
