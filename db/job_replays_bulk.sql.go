@@ -154,7 +154,7 @@ WHERE jq.job_type = $1
                                  coalesce($5::uuid, '00000000-0000-0000-0000-000000000000'))
   AND NOT EXISTS (SELECT 1 FROM job_replays jr
                   WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = $6)
-ORDER BY jq.finished_at, jq.id
+ORDER BY jq.organization_id, jq.finished_at, jq.id
 LIMIT $7
 `
 
@@ -181,7 +181,9 @@ type JobListSucceededForReplayGlobalRow struct {
 // @after_id; NULLs for the first page), at most @max_jobs. A job that is
 // itself a replay made under @replay_request_key is never selected, so an
 // action does not replay the replays it made. A job without a finish time
-// is never selected. No lock: the chunk locks what it replays.
+// is never selected. No lock: the chunk locks what it replays. (The
+// order names organization_id, NULL on every row, so that it is the
+// index's order and a page reads only its own rows, unsorted.)
 func (q *Queries) JobListSucceededForReplayGlobal(ctx context.Context, db DBTX, arg JobListSucceededForReplayGlobalParams) ([]JobListSucceededForReplayGlobalRow, error) {
 	rows, err := db.Query(ctx, jobListSucceededForReplayGlobal,
 		arg.JobType,
@@ -281,11 +283,16 @@ WITH locked AS (
     FROM unnest($3::uuid[]) WITH ORDINALITY AS l(source_job_id, ord)
 ),
 lineage AS MATERIALIZED (
-    SELECT jr.source_job_id, jr.replay_job_id, jr.reason
+    SELECT locked.source_job_id, found.replay_job_id, found.reason
     FROM locked
-    JOIN job_replays jr ON jr.source_job_id = locked.source_job_id
-                       AND jr.source_run_number = locked.source_run_number
-                       AND jr.replay_request_key = $4
+    CROSS JOIN LATERAL (
+        SELECT jr.replay_job_id, jr.reason
+        FROM job_replays jr
+        WHERE jr.source_job_id = locked.source_job_id
+          AND jr.source_run_number = locked.source_run_number
+          AND jr.replay_request_key = $4
+        LIMIT 1
+    ) found
 ),
 definition AS MATERIALIZED (
     SELECT d.job_type
@@ -428,13 +435,18 @@ WITH input AS (
     FROM unnest($2::uuid[]) WITH ORDINALITY AS i(source_job_id, ord)
 ),
 lineage AS MATERIALIZED (
-    SELECT jr.source_job_id, jr.replay_job_id, jr.reason
+    SELECT input.source_job_id, found.replay_job_id, found.reason
     FROM input
-    JOIN job_replays jr ON jr.source_job_id = input.source_job_id
-                       AND jr.source_run_number = input.source_run_number
-                       AND jr.replay_request_key = $3
-    JOIN job_queue source ON source.id = jr.source_job_id
-    WHERE source.organization_id IS NOT DISTINCT FROM $4::uuid
+    CROSS JOIN LATERAL (
+        SELECT jr.replay_job_id, jr.reason
+        FROM job_replays jr
+        JOIN job_queue source ON source.id = jr.source_job_id
+        WHERE jr.source_job_id = input.source_job_id
+          AND jr.source_run_number = input.source_run_number
+          AND jr.replay_request_key = $3
+          AND source.organization_id IS NOT DISTINCT FROM $4::uuid
+        LIMIT 1
+    ) found
 ),
 locked AS MATERIALIZED (
     SELECT jq.id

@@ -23,13 +23,18 @@ WITH input AS (
     FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS i(source_job_id, ord)
 ),
 lineage AS MATERIALIZED (
-    SELECT jr.source_job_id, jr.replay_job_id, jr.reason
+    SELECT input.source_job_id, found.replay_job_id, found.reason
     FROM input
-    JOIN job_replays jr ON jr.source_job_id = input.source_job_id
-                       AND jr.source_run_number = input.source_run_number
-                       AND jr.replay_request_key = @replay_request_key
-    JOIN job_queue source ON source.id = jr.source_job_id
-    WHERE source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+    CROSS JOIN LATERAL (
+        SELECT jr.replay_job_id, jr.reason
+        FROM job_replays jr
+        JOIN job_queue source ON source.id = jr.source_job_id
+        WHERE jr.source_job_id = input.source_job_id
+          AND jr.source_run_number = input.source_run_number
+          AND jr.replay_request_key = @replay_request_key
+          AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+        LIMIT 1
+    ) found
 ),
 locked AS MATERIALIZED (
     SELECT jq.id
@@ -73,11 +78,16 @@ WITH locked AS (
     FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS l(source_job_id, ord)
 ),
 lineage AS MATERIALIZED (
-    SELECT jr.source_job_id, jr.replay_job_id, jr.reason
+    SELECT locked.source_job_id, found.replay_job_id, found.reason
     FROM locked
-    JOIN job_replays jr ON jr.source_job_id = locked.source_job_id
-                       AND jr.source_run_number = locked.source_run_number
-                       AND jr.replay_request_key = @replay_request_key
+    CROSS JOIN LATERAL (
+        SELECT jr.replay_job_id, jr.reason
+        FROM job_replays jr
+        WHERE jr.source_job_id = locked.source_job_id
+          AND jr.source_run_number = locked.source_run_number
+          AND jr.replay_request_key = @replay_request_key
+        LIMIT 1
+    ) found
 ),
 definition AS MATERIALIZED (
     SELECT d.job_type
@@ -161,7 +171,9 @@ WHERE jq.id = ANY(@ids::uuid[])
 -- @after_id; NULLs for the first page), at most @max_jobs. A job that is
 -- itself a replay made under @replay_request_key is never selected, so an
 -- action does not replay the replays it made. A job without a finish time
--- is never selected. No lock: the chunk locks what it replays.
+-- is never selected. No lock: the chunk locks what it replays. (The
+-- order names organization_id, NULL on every row, so that it is the
+-- index's order and a page reads only its own rows, unsorted.)
 -- name: JobListSucceededForReplayGlobal :many
 SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
 FROM job_queue jq
@@ -174,7 +186,7 @@ WHERE jq.job_type = @job_type
                                  coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
   AND NOT EXISTS (SELECT 1 FROM job_replays jr
                   WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
-ORDER BY jq.finished_at, jq.id
+ORDER BY jq.organization_id, jq.finished_at, jq.id
 LIMIT @max_jobs;
 
 -- JobListSucceededForReplayOrg is JobListSucceededForReplayGlobal for one

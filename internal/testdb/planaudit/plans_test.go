@@ -231,7 +231,7 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		// ones with a lease and a worker.
 		`INSERT INTO job_queue (id, job_type, organization_id, payload, status, priority, run_number, attempt,
 		     max_attempts, next_run_at, lease_expires_at, worker_id, stage, idempotency_key, enqueue_request,
-		     execution_resource_key, created_at)
+		     execution_resource_key, created_at, finished_at)
 		 SELECT gen_random_uuid(),
 		        'type-' || (1 + n % 10),
 		        CASE WHEN n % 51 = 0 THEN NULL ELSE ('00000000-0000-4000-8000-' || lpad(to_hex(n % 51), 12, '0'))::uuid END,
@@ -248,7 +248,8 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		        CASE WHEN n % 5 = 0 THEN 'key-' || n END,
 		        CASE WHEN n % 5 = 0 THEN '{"k":1}'::jsonb END,
 		        CASE WHEN n % 20 = 0 AND s.status <> 'LEASED' THEN 'resource-' || n % 500 END,
-		        now() - make_interval(secs => n)
+		        now() - make_interval(secs => n),
+		        CASE WHEN s.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED') THEN now() - make_interval(secs => n) + interval '1 minute' END
 		 FROM generate_series(1, ` + fmt.Sprint(auditJobs) + `) n
 		 CROSS JOIN LATERAL (SELECT (ARRAY['PENDING','PENDING','PENDING','LEASED','SUCCEEDED','SUCCEEDED',
 		     'SUCCEEDED','SUCCEEDED','DEAD_LETTERED','CANCELED'])[1 + n % 10] AS status) s`,
@@ -302,6 +303,7 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		key, reason, jobType          string
 		idemKey                       string
 		jobIDs                        []uuid.UUID
+		succeededIDs                  []uuid.UUID
 	)
 	if err := pool.QueryRow(ctx, `
 		SELECT jr.source_job_id, jr.replay_job_id, s.organization_id, jr.source_run_number, jr.replay_request_key, jr.reason, s.job_type
@@ -320,6 +322,10 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		t.Fatal(err)
 	}
 	if err := pool.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM job_queue WHERE status = 'PENDING' ORDER BY id LIMIT 10) j`).Scan(&jobIDs); err != nil {
+		t.Fatal(err)
+	}
+	// A chunk of a bulk replay: succeeded jobs of the lineage's scope.
+	if err := pool.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM job_queue WHERE status = 'SUCCEEDED' AND organization_id = $1 ORDER BY id LIMIT 100) j`, org).Scan(&succeededIDs); err != nil {
 		t.Fatal(err)
 	}
 	var counts [3]int64
@@ -374,5 +380,22 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		quoted[i] = quote(id.String())
 	}
 	v["jobids"] = "ARRAY[" + strings.Join(quoted, ", ") + "]"
+	// A bulk replay's chunk: its sources with their runs, the new replay
+	// ids, and a filter's window and cursor.
+	quoted = quoted[:0]
+	runs := make([]string, len(succeededIDs))
+	fresh := make([]string, len(succeededIDs))
+	for i, id := range succeededIDs {
+		quoted = append(quoted, quote(id.String()))
+		runs[i] = fmt.Sprint(run)
+		fresh[i] = quote(uuid.Must(uuid.NewV7()).String())
+	}
+	v["sourcejobids"] = "ARRAY[" + strings.Join(quoted, ", ") + "]"
+	v["ids"] = v["sourcejobids"]
+	v["sourcerunnumbers"] = "ARRAY[" + strings.Join(runs, ", ") + "]"
+	v["replayjobids"] = "ARRAY[" + strings.Join(fresh, ", ") + "]"
+	v["until"] = "now()"
+	v["afterfinishedat"] = "now() - interval '30 minutes'"
+	v["afterid"] = quote(sourceID.String())
 	return v
 }
