@@ -411,8 +411,7 @@ func sorted(ids []uuid.UUID) []uuid.UUID {
 // key, with one ENQUEUED event, and that nothing else was replayed.
 func assertReplayedOnce(t *testing.T, q testdb.Querier, key string, ids []uuid.UUID) {
 	t.Helper()
-	var bad int64
-	bad = testdb.Scalar[int64](t, q, `
+	bad := testdb.Scalar[int64](t, q, `
 		SELECT count(*) FROM unnest($1::uuid[]) AS s(id)
 		WHERE (SELECT count(*) FROM job_replays jr WHERE jr.source_job_id = s.id AND jr.replay_request_key = $2) <> 1`, ids, key)
 	if bad != 0 {

@@ -19,6 +19,12 @@
 // again, or when the source looks workflow-managed and is read again. See
 // docs/PERFORMANCE.md.
 //
+// Bulk is the same operation for a whole selection of sources (a list, or
+// a filter on job type, scope and finish time) under one key and reason,
+// in chunks of set-based statements, one transaction each; each source
+// gets the verdict SucceededJob would give it, and running the same action
+// again replays only what is missing. BulkCount sizes a selection.
+//
 // List and Origin read the lineage this package writes: the replays made
 // from a job, and the job a replay was made from.
 package replay
