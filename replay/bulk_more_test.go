@@ -307,8 +307,7 @@ func TestBulkRefusesBadInputAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
-	closed := testdb.New(t)
-	closed.Close()
+	closed := testdb.ClosedPool(t)
 	scope := runledger.Global()
 	ids := seedSucceeded(t, pool, scope, "email", 2, time.Now().Add(-time.Hour))
 	before := ledgerCounts(t, pool)
@@ -335,10 +334,14 @@ func TestBulkRefusesBadInputAndWritesNothing(t *testing.T) {
 		{"job.replay_bulk_selection_invalid", with(func(r *replay.BulkRequest) { r.Sources = nil })},
 		{"job.replay_bulk_selection_invalid", with(func(r *replay.BulkRequest) { r.Filter = &replay.Filter{JobType: "email"} })},
 		{"job.replay_bulk_sources_empty", with(func(r *replay.BulkRequest) { r.Sources = []replay.Source{} })},
-		{"job.replay_bulk_duplicate_source", with(func(r *replay.BulkRequest) { r.Sources = append(list, replay.Source{JobID: ids[0], ExpectedRunNumber: 2}) })},
+		{"job.replay_bulk_duplicate_source", with(func(r *replay.BulkRequest) {
+			r.Sources = append(list, replay.Source{JobID: ids[0], ExpectedRunNumber: 2})
+		})},
 		{"job.job_type_blank", with(func(r *replay.BulkRequest) { r.Sources, r.Filter = nil, &replay.Filter{} })},
 		{"job.job_type_invalid", with(func(r *replay.BulkRequest) { r.Sources, r.Filter = nil, &replay.Filter{JobType: "e\x00"} })},
-		{"job.job_type_too_long", with(func(r *replay.BulkRequest) { r.Sources, r.Filter = nil, &replay.Filter{JobType: strings.Repeat("t", 256)} })},
+		{"job.job_type_too_long", with(func(r *replay.BulkRequest) {
+			r.Sources, r.Filter = nil, &replay.Filter{JobType: strings.Repeat("t", 256)}
+		})},
 		{"job.replay_bulk_range_invalid", with(func(r *replay.BulkRequest) {
 			r.Sources, r.Filter = nil, filter(replay.Filter{JobType: "email", SucceededSince: &later, SucceededUntil: &now})
 		})},
@@ -352,7 +355,7 @@ func TestBulkRefusesBadInputAndWritesNothing(t *testing.T) {
 		for _, p := range []*pgxpool.Pool{closed, pool} {
 			called := false
 			_, err := replay.Bulk(ctx, p, tc.req, func(replay.BulkChunk) error { called = true; return nil })
-			e := wantCode(t, err, tc.code)
+			e := testdb.WantCode(t, err, tc.code)
 			if e.Category != runledger.CategoryValidation || called {
 				t.Fatalf("%s: category %s, onChunk called %v", tc.code, e.Category, called)
 			}
