@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-const latest = 4
+const latest = 5
 
 func open(t *testing.T, url string) *sql.DB {
 	t.Helper()
@@ -156,7 +156,15 @@ func TestReplayDownDropsLineageButKeepsJobs(t *testing.T) {
 	if replayAction != "a" || sourceAction != "c" {
 		t.Fatalf("delete actions replay %q source %q, want a and c", replayAction, sourceAction)
 	}
-	if res, err := goose.Down(c, db); err != nil || !strings.Contains(res.Source.Path, "job_replays") {
+	// The bulk replay index goes first, the lineage table stays.
+	if res, err := goose.Down(c, db); err != nil || !strings.Contains(res.Source.Path, "00005_job_replays_bulk") {
+		t.Fatalf("down: %v %v", res, err)
+	}
+	var indexes int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_class WHERE relname IN ('idx_job_queue_succeeded_type_scope_finished', 'job_replays')`).Scan(&indexes); err != nil || indexes != 1 {
+		t.Fatalf("after the bulk index's down: %d of the index and the lineage table (%v), want the table only", indexes, err)
+	}
+	if res, err := goose.Down(c, db); err != nil || !strings.Contains(res.Source.Path, "00004_job_replays") {
 		t.Fatalf("down: %v %v", res, err)
 	}
 	var tables, jobs int
