@@ -58,17 +58,15 @@ func (r ClaimRequest) Validate() error {
 // job is LEASED, stage running, at attempt + 1, with lease_expires_at =
 // now + req.Lease, and has one LEASED event.
 //
-// Candidates are locked FOR UPDATE SKIP LOCKED, so jobs another transaction
+// Candidates are locked FOR UPDATE SKIP LOCKED: jobs another transaction
 // holds are passed by, never waited on, and concurrent claimers never lease
 // the same job. A job with an execution resource key is leased only if it
-// takes the key's claim: at most one job per key holds a lease, and a key
-// whose holder is leased (or canceled with its lease still running) keeps
-// its other jobs waiting; a job that loses its key is left PENDING and
-// fewer than Limit jobs may come back although more are due. No due job
-// gives an empty, non-nil slice. A failed COMMIT matches
-// runledger.ErrCommitUnconfirmed: the jobs may have been leased with nobody
-// working on them; RecoverExpiredLeases takes them back once their leases
-// expire.
+// takes the key's claim (one lease per key; a holder that is leased, or
+// canceled with its lease still running, keeps it), so fewer than Limit
+// jobs may come back although more are due. No due job gives an empty,
+// non-nil slice. A failed COMMIT matches runledger.ErrCommitUnconfirmed:
+// the jobs may be leased with nobody working on them until their leases
+// expire and RecoverExpiredLeases takes them back.
 func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledger.Job, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err

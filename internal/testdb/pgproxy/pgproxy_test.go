@@ -11,9 +11,9 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// start returns a proxy in front of a fresh database, and that database's
+// startProxy returns a proxy in front of a fresh database, and that database's
 // connection string.
-func start(t *testing.T, opts pgproxy.Options) (*pgproxy.Proxy, string) {
+func startProxy(t *testing.T, opts pgproxy.Options) (*pgproxy.Proxy, string) {
 	t.Helper()
 	url := testdb.NewURL(t)
 	addr, err := pgproxy.TargetAddr(url)
@@ -31,7 +31,7 @@ func start(t *testing.T, opts pgproxy.Options) (*pgproxy.Proxy, string) {
 func TestDelayHoldsEveryRequest(t *testing.T) {
 	t.Parallel()
 	const d = 20 * time.Millisecond
-	p, url := start(t, pgproxy.Options{Delay: d})
+	p, url := startProxy(t, pgproxy.Options{Delay: d})
 	c := testdb.Connect(t, p.ConnString(url))
 	p.ResetHeld()
 	t0 := time.Now()
@@ -52,7 +52,7 @@ func TestDropReplyRunsTheCommandAndClosesTheConnection(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var seen []pgproxy.Message
-	p, url := start(t, pgproxy.Options{Observe: func(m pgproxy.Message) {
+	p, url := startProxy(t, pgproxy.Options{Observe: func(m pgproxy.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, m)
