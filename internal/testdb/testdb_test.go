@@ -3,120 +3,19 @@ package testdb
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger/goose"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 func TestMain(m *testing.M) { Main(m) }
-
-func TestChooseServer(t *testing.T) {
-	errDocker := errors.New("docker: no daemon")
-	errLocal := errors.New("no binaries")
-	cases := []struct {
-		name          string
-		url           string
-		docker, local error
-		want          string
-		wantDocker    int // probes expected to run
-		wantLocal     int
-	}{
-		{"url wins over everything", "postgres://x", nil, nil, kindURL, 0, 0},
-		{"docker when it answers", "", nil, nil, kindDocker, 1, 0},
-		{"local when docker does not answer", "", errDocker, nil, kindLocal, 1, 1},
-		{"nothing", "", errDocker, errLocal, "", 1, 1},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var dockerCalls, localCalls int
-			got, err := chooseServer(
-				func(k string) string {
-					if k == EnvURL {
-						return c.url
-					}
-					return ""
-				},
-				func() error { dockerCalls++; return c.docker },
-				func() error { localCalls++; return c.local },
-			)
-			if got != c.want {
-				t.Errorf("kind = %q, want %q", got, c.want)
-			}
-			if (err != nil) != (c.want == "") {
-				t.Errorf("err = %v", err)
-			}
-			if dockerCalls != c.wantDocker || localCalls != c.wantLocal {
-				t.Errorf("probes run: docker %d, local %d; want %d, %d", dockerCalls, localCalls, c.wantDocker, c.wantLocal)
-			}
-		})
-	}
-}
-
-// TestNoServerMessage checks that the failure names every way out.
-func TestNoServerMessage(t *testing.T) {
-	_, err := chooseServer(func(string) string { return "" },
-		func() error { return errors.New("dial unix /var/run/docker.sock: connect: no such file or directory") },
-		func() error { _, err := pgtemp.FindBinDir(t.TempDir()); return err })
-	if !errors.Is(err, errNoServer) {
-		t.Fatalf("err = %v, want errNoServer", err)
-	}
-	for _, want := range []string{EnvURL, "Docker", "docker.sock", "apt-get install postgresql", "initdb"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("message does not mention %q:\n%v", want, err)
-		}
-	}
-}
-
-// TestChooseServerObservedHere runs the real probes on this machine. Where
-// no Docker daemon answers (the development machine this was written on has
-// the CLI but no daemon), the choice must fall through to local binaries.
-func TestChooseServerObservedHere(t *testing.T) {
-	ctx := context.Background()
-	_, dockerErr := dockerPing(ctx)
-	_, localErr := pgtemp.FindBinDir("")
-	t.Logf("docker ping: %v; local binaries: %v", dockerErr, localErr)
-	kind, err := chooseServer(func(string) string { return "" },
-		func() error { _, err := dockerPing(ctx); return err },
-		func() error { _, err := pgtemp.FindBinDir(""); return err })
-	switch {
-	case dockerErr == nil:
-		if kind != kindDocker {
-			t.Errorf("docker answered, but chose %q (%v)", kind, err)
-		}
-	case localErr == nil:
-		if kind != kindLocal {
-			t.Errorf("docker unavailable (%v) and binaries present, but chose %q (%v)", dockerErr, kind, err)
-		}
-	default:
-		if !errors.Is(err, errNoServer) {
-			t.Errorf("nothing available, but chose %q (%v)", kind, err)
-		}
-	}
-
-	// The server this binary actually uses is the one chosen (or the URL).
-	if os.Getenv(EnvURL) != "" {
-		kind = kindURL
-	}
-	AdminURL(t) // sets the server up if no test has yet
-	state.mu.Lock()
-	got := state.srv.kind
-	state.mu.Unlock()
-	if got != kind {
-		t.Errorf("server in use is %q, want %q", got, kind)
-	}
-}
 
 func TestTemplateMigrated(t *testing.T) {
 	t.Parallel()
@@ -302,139 +201,6 @@ func TestCloneCost(t *testing.T) {
 	t.Logf("per test: create %s, create+drop %s (mean of %d)", create/n, total/n, n)
 	if create/n > 2*time.Second {
 		t.Errorf("cloning takes %s per test", create/n)
-	}
-}
-
-func TestMigrationsHash(t *testing.T) {
-	fsys := fstest.MapFS{
-		"00001_a.sql": {Data: []byte("CREATE TABLE a ();")},
-		"00002_b.sql": {Data: []byte("CREATE TABLE b ();")},
-	}
-	h1, err := migrationsHash(fsys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h2, _ := migrationsHash(fsys); h2 != h1 || len(h1) != 16 {
-		t.Errorf("hash %q then %q", h1, h2)
-	}
-	fsys["00002_b.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE b (x int);")}
-	if h3, _ := migrationsHash(fsys); h3 == h1 {
-		t.Error("content change did not change the hash")
-	}
-	renamed := fstest.MapFS{
-		"00001_a.sql": {Data: []byte("CREATE TABLE a ();")},
-		"00003_b.sql": {Data: []byte("CREATE TABLE b ();")},
-	}
-	if h4, _ := migrationsHash(renamed); h4 == h1 {
-		t.Error("rename did not change the hash")
-	}
-}
-
-// TestEnsureTemplateConcurrent plays several test binaries building the same
-// template at once: exactly one migrates, the others wait on the lock and
-// reuse its result.
-func TestEnsureTemplateConcurrent(t *testing.T) {
-	adminURL := AdminURL(t)
-	name := scratchTemplate(t, adminURL)
-	admin := adminPool(t, adminURL)
-	const builders = 4
-
-	var migrations atomic.Int32
-	migrate := func(ctx context.Context, db *sql.DB) error {
-		migrations.Add(1)
-		// Hold the lock until every other builder is queued behind it, so
-		// the test really exercises the serialisation.
-		if err := waitForLockWaiters(ctx, admin, builders-1); err != nil {
-			return err
-		}
-		_, err := db.ExecContext(ctx, "CREATE TABLE marker (n int)")
-		return err
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	var built atomic.Int32
-	errs := make(chan error, builders)
-	for i := 0; i < builders; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := ensureTemplate(ctx, adminURL, name, migrate)
-			if b {
-				built.Add(1)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if migrations.Load() != 1 || built.Load() != 1 {
-		t.Errorf("migrated %d times, built reported %d times; want 1 and 1", migrations.Load(), built.Load())
-	}
-	assertTemplate(t, admin, name, "marker")
-}
-
-// TestEnsureTemplateRecovers checks that a failed build leaves no template
-// behind, and that the next attempt replaces the half-built leftover.
-func TestEnsureTemplateRecovers(t *testing.T) {
-	adminURL := AdminURL(t)
-	name := scratchTemplate(t, adminURL)
-	admin := adminPool(t, adminURL)
-	ctx := context.Background()
-
-	boom := errors.New("boom")
-	_, err := ensureTemplate(ctx, adminURL, name, func(ctx context.Context, db *sql.DB) error {
-		if _, err := db.ExecContext(ctx, "CREATE TABLE junk (n int)"); err != nil {
-			return err
-		}
-		return boom
-	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("err = %v, want boom", err)
-	}
-	var exists bool
-	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
-		t.Fatal(err)
-	}
-	if exists {
-		t.Fatal("a failed build left a template under the final name")
-	}
-
-	built, err := ensureTemplate(ctx, adminURL, name, func(ctx context.Context, db *sql.DB) error {
-		_, err := db.ExecContext(ctx, "CREATE TABLE marker (n int)")
-		return err
-	})
-	if err != nil || !built {
-		t.Fatalf("rebuild: built=%v err=%v", built, err)
-	}
-	assertTemplate(t, admin, name, "marker")
-	if hasTable(t, admin, name, "junk") {
-		t.Error("the rebuilt template kept the failed build's table")
-	}
-}
-
-func TestWithDatabase(t *testing.T) {
-	cases := []struct{ in, want string }{
-		{"postgres://u:p@h:5432/postgres?sslmode=disable", "postgres://u:p@h:5432/rl_test_x?sslmode=disable"},
-		{"postgresql://h/", "postgresql://h/rl_test_x"},
-		{"host=h user=u dbname=postgres", "host=h user=u dbname=postgres dbname='rl_test_x'"},
-	}
-	for _, c := range cases {
-		got, err := withDatabase(c.in, "rl_test_x")
-		if err != nil || got != c.want {
-			t.Errorf("withDatabase(%q) = %q, %v; want %q", c.in, got, err, c.want)
-			continue
-		}
-		cfg, err := pgx.ParseConfig(got)
-		if err != nil || cfg.Database != "rl_test_x" {
-			t.Errorf("%q parses to database %q (%v)", got, cfg.Database, err)
-		}
 	}
 }
 
