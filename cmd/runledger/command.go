@@ -35,6 +35,7 @@ var commands = []*command{
 	completeCmd,
 	failCmd,
 	replayCmd,
+	replayBulkCmd,
 	jobsShowCmd,
 	demoCmd,
 	benchCmd,

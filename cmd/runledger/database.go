@@ -30,9 +30,11 @@ const connectTimeout = 5 * time.Second
 // goes, and the database connection, opened on first use.
 type invocation struct {
 	cmd         *command
+	argv        []string // the whole command line, without the program name
 	args        []string // positional arguments, already counted
 	json        *bool
 	databaseURL *string // --database-url; DATABASE_URL when empty
+	stdin       io.Reader
 	stdout      io.Writer
 	stderr      io.Writer
 	getenv      func(string) string

@@ -127,6 +127,14 @@ func (f *flagSet) durationOpt(name, usage string) **time.Duration {
 	return &v.p
 }
 
+// timeOpt defines an optional RFC 3339 time flag (held in UTC); it stays
+// nil unless given.
+func (f *flagSet) timeOpt(name, usage string) **time.Time {
+	v := &timeValue{}
+	f.define(v, name, usage)
+	return &v.p
+}
+
 // boolean defines a boolean flag: --name means true, --name=false false.
 func (f *flagSet) boolean(name string, def bool, usage string) *bool {
 	v := &boolValue{b: def}
@@ -390,6 +398,25 @@ func (v *durationValue) Set(s string) error {
 	}
 	v.d = d
 	v.p = &v.d
+	return nil
+}
+
+type timeValue struct{ p *time.Time }
+
+func (v *timeValue) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return v.p.Format(time.RFC3339Nano)
+}
+
+func (v *timeValue) Set(s string) error {
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("must be an RFC 3339 time such as 2026-11-30T09:00:00Z or 2026-11-30T10:00:00+01:00")
+	}
+	t = t.UTC()
+	v.p = &t
 	return nil
 }
 

@@ -93,6 +93,7 @@ const exitCodesText = `Exit codes:
   3  expectation mismatch (replay: the job is not SUCCEEDED at --run; complete/fail: the lease is not held)
   4  not found in the caller's scope
   5  conflict with stored state (replay key reused with another reason, idempotency key reused)
+  6  replay-bulk: at least one selected source was refused (the others are replayed)
 `
 
 func groupHelp(w io.Writer, group string) {

@@ -34,6 +34,7 @@ func main() {
 // DATABASE_URL.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	asJSON := wantsJSON(args)
+	argv := args
 
 	// Global flags may come before the command: runledger --json enqueue ...
 	global := newFlagSet("runledger")
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 
 	fs := newFlagSet(cmd.name)
-	inv := &invocation{cmd: cmd, stdout: stdout, stderr: stderr, getenv: getenv}
+	inv := &invocation{cmd: cmd, argv: argv, stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: getenv}
 	inv.json, inv.databaseURL = defineGlobalFlags(fs, *jsonFlag, *urlFlag)
 	runCmd := cmd.setup(fs)
 	pos, err := fs.parse(cmd.name, rest)

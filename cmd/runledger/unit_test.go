@@ -160,3 +160,37 @@ func unquote(usage string) (string, bool) {
 	}
 	return "", false
 }
+
+func TestResumeCommandHidesThePassword(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"replay-bulk", "--key", "k", "--reason", "lost invoices", "--from", "-"},
+			"runledger replay-bulk --key k --reason 'lost invoices' --from -"},
+		{[]string{"--json", "replay-bulk", "--database-url", "postgres://u:secret@h:5432/d", "--type", "t"},
+			"runledger --json replay-bulk --database-url postgres://u:xxxxx@h:5432/d --type t"},
+		{[]string{"replay-bulk", "--database-url=postgres://u@h/d", "--type", "t"},
+			"runledger replay-bulk --database-url=postgres://u@h/d --type t"},
+		{[]string{"replay-bulk", "-database-url", "host=h password='s p' user=u", "--type", "t"},
+			"runledger replay-bulk -database-url 'host=h password=xxxxx user=u' --type t"},
+	}
+	for _, tc := range cases {
+		if got := resumeCommand(tc.argv); got != tc.want {
+			t.Errorf("resumeCommand(%q)\n got %s\nwant %s", tc.argv, got, tc.want)
+		}
+	}
+	if !isStdin([]string{"replay-bulk", "--from", "-"}) || !isStdin([]string{"--from=-"}) || isStdin([]string{"--from", "list.txt", "--reason", "-"}) {
+		t.Error("isStdin")
+	}
+}
+
+func TestGroupDigits(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -12345: "-12,345"} {
+		if got := groupDigits(n); got != want {
+			t.Errorf("groupDigits(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
