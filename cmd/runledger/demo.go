@@ -21,13 +21,15 @@ import (
 var demoCmd = &command{
 	name:    "demo",
 	summary: "Walk through compare-and-replay on a throwaway PostgreSQL, step by step.",
-	help: `Tells the story of compare-and-replay in about a dozen steps, printing each
+	help: `Tells the story of compare-and-replay in fifteen steps, printing each
 one as the command line that does it and what happened: define a job type,
 enqueue a job for tenant A, claim it, complete it, replay it (inserted),
 repeat the replay (existing: the same job back), reuse the key with another
 reason (conflict), replay with a stale run number (expectation mismatch),
-let tenant B try to replay tenant A's job (not found), and show the
-lineage as 'runledger jobs show' shows it. Every step checks its own
+let tenant B try to replay tenant A's job (not found), show the
+lineage as 'runledger jobs show' shows it, then replay every succeeded
+job of the type in one bulk action (replay-bulk by filter) and run that
+action again (all existing). Every step checks its own
 outcome; the demo exits 1 if any step did not behave as the story says.
 
 Without a database configured it starts a throwaway PostgreSQL server
@@ -111,6 +113,7 @@ type demo struct {
 	replayID uuid.UUID
 	key      string
 	reason   string
+	bulkKey  string
 }
 
 // errStepFailed marks a step whose outcome was not the story's.
@@ -128,6 +131,7 @@ func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration
 		tenantB: uuid.New(),
 		key:     "resend-invoice-1042",
 		reason:  "customer asked for the invoice again",
+		bulkKey: "incident-42-resend",
 	}
 	if inv.asJSON() {
 		d.out = io.Discard
@@ -167,7 +171,7 @@ func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration
 	steps := []func() error{
 		d.migrate, d.define, d.enqueue, d.claim, d.complete,
 		d.replayInserted, d.replayExisting, d.replayConflict, d.replayStaleRun,
-		d.replayOtherTenant, d.lineage,
+		d.replayOtherTenant, d.lineage, d.bulkReplay, d.bulkReplayAgain,
 	}
 	for i, step := range steps {
 		if i > 0 {

@@ -34,6 +34,8 @@ var demoTitles = []string{
 	"Replay with a stale run number (expectation mismatch)",
 	"Tenant B tries to replay tenant A's job (not found)",
 	"The lineage, as 'runledger jobs show' shows it",
+	"Bulk-replay every succeeded job of the type (one action, by filter)",
+	"Run the same bulk action again (idempotent: all existing)",
 	"Stop the throwaway server",
 }
 
@@ -121,7 +123,8 @@ func testDemo(t *testing.T, c *cli) {
 		"Started PostgreSQL from ", "$ runledger migrate up", "$ runledger replay --job ",
 		"Replayed (inserted)", "Replayed (existing)", "job.replay_idempotency_conflict", "(exit 5)",
 		"Expectation mismatch", "(exit 3)", "Not found", "(exit 4)", "Replays made from this job (1):",
-		"Stopped the server and removed " + tmp + "/runledger-pgtemp-", "Demo complete: all 13 steps behaved as described.",
+		"Stopped the server and removed " + tmp + "/runledger-pgtemp-", "$ runledger replay-bulk --type ", "4 sources selected", "All 4 sources are replayed: 4 inserted now",
+		"All 4 sources are replayed: 0 inserted now, 4 already replayed under this key", "Demo complete: all 15 steps behaved as described.",
 	} {
 		if !strings.Contains(out.stdout, want) {
 			t.Errorf("demo output lacks %q", want)
