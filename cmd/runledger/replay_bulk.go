@@ -535,8 +535,7 @@ func (r *bulkReporter) failed(ctx context.Context, err error) error {
 	if r.req.DryRun {
 		done = "nothing was written (dry run)"
 	} else if r.chunks > 0 {
-		var c chunkCounts
-		c.fromSummary(r.sum)
+		c := chunkCounts{r.sum}
 		done = fmt.Sprintf("the %s committed before stay (%s: %s)", count(r.chunks, "chunk"), count(r.sum.Selected, "source"), c.text())
 	}
 	if ctx.Err() != nil {
@@ -576,8 +575,6 @@ func (c *chunkCounts) add(o replay.BulkOutcome) {
 		c.DefinitionUnavailable++
 	}
 }
-
-func (c *chunkCounts) fromSummary(s replay.BulkSummary) { c.BulkSummary = s }
 
 // text lists the outcomes that occurred: "inserted 998, existing 2".
 func (c chunkCounts) text() string {
