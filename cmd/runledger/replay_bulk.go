@@ -140,11 +140,9 @@ resumes.`,
 			if err != nil {
 				return nil, err
 			}
-			pool, err := inv.Pool(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return runBulk(ctx, inv, pool, req, *details)
+			return validatedCall(ctx, inv, req, func(ctx context.Context, pool *pgxpool.Pool, req replay.BulkRequest) (result, error) {
+				return runBulk(ctx, inv, pool, req, *details)
+			})
 		}
 	},
 }
@@ -165,7 +163,8 @@ type bulkArgs struct {
 }
 
 // request checks the flags and reads the --from list, and returns the
-// request, or a validation error (exit 2) before any database work.
+// request, or a validation error (exit 2) before any database work. The
+// caller still runs the request's own Validate, before connecting.
 func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, error) {
 	req := replay.BulkRequest{
 		Scope: scopeFor(a.org), Key: a.key, Reason: a.reason,
@@ -219,7 +218,7 @@ func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, error) {
 			f.Limit = int(*a.limit)
 		}
 		req.Filter = f
-		return req, req.Validate()
+		return req, nil
 	}
 	if a.from == "" {
 		return req, invalidArgf("replay-bulk: --from needs a file name, or - for stdin")
@@ -229,7 +228,7 @@ func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, error) {
 		return req, err
 	}
 	req.Sources = sources
-	return req, req.Validate()
+	return req, nil
 }
 
 // readSourcesFrom reads the source list from the file at path, or from
