@@ -245,7 +245,7 @@ func readSourcesFrom(path string, stdin io.Reader) ([]replay.Source, error) {
 	return readSources(f, path)
 }
 
-// pathErrorCause is the reason an file operation failed, without the
+// pathErrorCause is the reason a file operation failed, without the
 // operation and path the message already names.
 func pathErrorCause(err error) string {
 	var pe *os.PathError
