@@ -15,7 +15,7 @@ func TestGetDetailReadsJobEventsAndLineage(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	scope := runledger.Organization(uuid.New())
-	source := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{Scope: scope})
+	source := testdb.Completed(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
 	out, err := replay.SucceededJob(ctx, pool, replay.Request{Scope: scope, SourceJobID: source.ID,
 		ExpectedRunNumber: source.RunNumber, Key: "k", Reason: "again"})
 	r, ok := out.(replay.Replayed)

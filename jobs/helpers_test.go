@@ -60,9 +60,3 @@ func approx(d, want, tol time.Duration) bool {
 	}
 	return diff <= tol
 }
-
-// testContext bundles a test's context and pool for helpers that need both.
-type testContext struct {
-	ctx  context.Context
-	pool *pgxpool.Pool
-}

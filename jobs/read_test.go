@@ -129,16 +129,6 @@ func TestRecentEventsByTypeAcrossScopes(t *testing.T) {
 	}
 }
 
-func succeeded(t *testing.T, ctx testContext, req jobs.EnqueueRequest) runledger.Job {
-	t.Helper()
-	l := testdb.Leased(t, ctx.ctx, ctx.pool, req)
-	j, err := jobs.Complete(ctx.ctx, ctx.pool, testdb.CompleteRequest(l))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
 func TestListPagesNewestFirstWithinScope(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
@@ -188,8 +178,8 @@ func TestListByStatus(t *testing.T) {
 	org := uuid.New()
 	scope := runledger.Organization(org)
 	testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
-	done := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{Scope: scope})
-	globalDone := succeeded(t, testContext{ctx, pool}, jobs.EnqueueRequest{})
+	done := testdb.Completed(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
+	globalDone := testdb.Completed(t, ctx, pool, jobs.EnqueueRequest{})
 
 	p, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: scope, Status: testdb.Ptr(runledger.JobStatusSucceeded), Limit: 10})
 	if err != nil || !slices.Equal(testdb.IDs(p.Jobs), []uuid.UUID{done.ID}) || p.Next != nil {

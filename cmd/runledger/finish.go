@@ -56,20 +56,21 @@ must belong to that organization: a job of another scope (or of none)
 exits 4 exactly like a missing one, and a mismatch names the job's status,
 run and attempt.`
 
+// finishOutputHelp ends the help of complete and fail.
+const finishOutputHelp = `Output (--json):
+  {"job":{<job>}}
+with the job fields listed in 'runledger help enqueue'.
+
+Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
+4 no such job (in the --org scope, when given); 1 other errors.`
+
 var completeCmd = &command{
 	name:    "complete",
 	summary: "Mark a leased job SUCCEEDED.",
 	help: `Marks the job SUCCEEDED, stores --output, writes a SUCCEEDED event and
 releases the lease and any execution resource claim.
 
-` + leaseHelp + `
-
-Output (--json):
-  {"job":{<job>}}
-with the job fields listed in 'runledger help enqueue'.
-
-Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
-4 no such job (in the --org scope, when given); 1 other errors.`,
+` + leaseHelp + "\n\n" + finishOutputHelp,
 	setup: func(fs *flagSet) runFunc {
 		lease := defineLeaseFlags(fs)
 		output := fs.jsonFlag("output", "`JSON`: the job's result, any JSON value. Default: none (null).")
@@ -97,14 +98,7 @@ each attempt, at most 1h), with a RETRY_SCHEDULED event; the next claim
 starts the next attempt of the same run. Otherwise it is DEAD_LETTERED with
 a DEAD_LETTERED event. Either way the error code and message are stored.
 
-` + leaseHelp + `
-
-Output (--json):
-  {"job":{<job>}}
-with the job fields listed in 'runledger help enqueue'.
-
-Exit codes: 0 done; 2 invalid input; 3 lease not held (job.lease_mismatch);
-4 no such job (in the --org scope, when given); 1 other errors.`,
+` + leaseHelp + "\n\n" + finishOutputHelp,
 	setup: func(fs *flagSet) runFunc {
 		lease := defineLeaseFlags(fs)
 		code := fs.str("error-code", "`C`: a short machine-readable error code, stored as last_error_code.")

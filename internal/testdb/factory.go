@@ -133,6 +133,17 @@ func Leased(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.Enqu
 	return LeaseJob(t, ctx, pool, j.ID)
 }
 
+// Completed enqueues one job, leases it (Leased) and completes it under
+// its lease without output: a SUCCEEDED job at run 1, attempt 1.
+func Completed(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.EnqueueRequest) runledger.Job {
+	t.Helper()
+	j, err := jobs.Complete(ctx, pool, CompleteRequest(Leased(t, ctx, pool, req)))
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	return j
+}
+
 // LeaseJob claims exactly the given pending job, whatever else is due: it
 // raises the job's priority above every other with test SQL and claims one
 // job of any type.

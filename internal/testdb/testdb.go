@@ -32,7 +32,7 @@
 // Beside databases, testdb holds what every package's tests share: test SQL
 // that fails the test on error (Exec, Scalar, Column, Count, EventTypes),
 // ledger states to start from, written in SQL (DefineType, Seed) or through
-// package jobs (Define, Enqueue, Claim, Leased), connections and
+// package jobs (Define, Enqueue, Claim, Leased, Completed), connections and
 // transactions that end with the test (Connect, OpenPool, Begin, InTx,
 // ClosedPool), lock observation without sleeps (RowLocked, WaitBlocked,
 // WaitFor), round-trip counting (CountingPool, Trips) and error and
