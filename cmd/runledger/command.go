@@ -17,9 +17,9 @@ import (
 //     usage text starts with a `PLACEHOLDER`; help is generated from it)
 //     and returns the run function;
 //   - run validates its input, then calls inv.Pool (or inv.SQLDB), where
-//     database work starts, and returns a result (JSON-encodable, with a
-//     text method for the human form) or an error, mapped to an exit code
-//     by exitCode;
+//     database work starts (validatedCall does both for a library request),
+//     and returns a result (JSON-encodable, with a text method for the
+//     human form) or an error, mapped to an exit code by exitCode;
 //   - a command that must work on a fresh machine without a configured
 //     database (like demo) gets one from openScratchDatabase, which uses
 //     the configured database or starts a throwaway server, and must Close
