@@ -38,7 +38,7 @@ import (
 var defaultPackages = []string{
 	".", "./db/", "./replay/", "./jobs/", "./goose/", "./reliability/",
 	"./internal/dberr/", "./internal/txn/", "./internal/rows/", "./internal/failpoint/",
-	"./internal/testdb/", "./internal/testdb/pgtemp/", "./internal/testdb/pgproxy/", "./internal/testdb/planaudit/",
+	"./internal/testdb/", "./internal/testdb/pgtemp/", "./internal/testdb/planaudit/",
 }
 
 // event is one line of `go test -json` (test2json's TestEvent).
