@@ -5,6 +5,10 @@
 // and GetDetail: a job with its events and replay lineage in one snapshot;
 // the lineage reads themselves are package replay's List and Origin).
 //
+// It is part of the library: it stands on package replay and the
+// foundations in internal/ (errs, validate, dberr, txn, rows), and imports
+// no tooling.
+//
 // # Entry points
 //
 // Every writing operation comes as a pair. X(ctx, pool, req) owns its work:

@@ -40,4 +40,8 @@
 //
 // The server-restart and storm tests are skipped under -short (make
 // test-short); go test ./... and CI run everything.
+//
+// It is tooling: its tests stand on the library, the test kit
+// (internal/testdb, with pgproxy for faults on the wire) and the library's
+// failpoints, and nothing imports it.
 package reliability
