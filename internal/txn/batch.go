@@ -181,9 +181,9 @@ func (b *Batch) Send(ctx context.Context) error {
 
 // send sends the batch and reads it to its end. ctx's values reach pgx
 // (tracers) but its end does not: when ctx ends mid-batch a cancel request
-// goes to the server, whose answer ends the batch; if none comes within
-// RollbackTimeout the connection is abandoned. canceled reports that a
-// cancel request was sent.
+// goes to the server (again every RollbackTimeout, up to cancelAttempts
+// times), whose answer ends the batch; with no answer the connection is
+// abandoned. canceled reports that a cancel request was sent.
 func (b *Batch) send(ctx context.Context) (err error, canceled bool) {
 	parts := []*pgx.Batch{&b.segs[0].b}
 	points := []*segment{nil}
@@ -248,20 +248,30 @@ func (b *Batch) sendPart(ctx context.Context, part *pgx.Batch) (err error, cance
 		case <-ctx.Done():
 		}
 		canceled = true
-		cctx, cancel := context.WithTimeout(context.Background(), RollbackTimeout)
-		_ = pc.CancelRequest(cctx)
-		cancel()
-		select {
-		case <-stop:
-		case <-time.After(RollbackTimeout):
-			_ = pc.Conn().SetDeadline(time.Now())
+		// A cancel request is a connection of its own to the server; on a
+		// loaded server one can be lost or land before the statement it
+		// targets, so it is sent again until the pipeline ends.
+		for range cancelAttempts {
+			cctx, cancel := context.WithTimeout(context.Background(), RollbackTimeout)
+			_ = pc.CancelRequest(cctx)
+			cancel()
+			select {
+			case <-stop:
+				return
+			case <-time.After(RollbackTimeout):
+			}
 		}
+		_ = pc.Conn().SetDeadline(time.Now()) // no answer: give the connection up
 	}()
 	err = b.s.conn.SendBatch(context.WithoutCancel(ctx), part).Close()
 	close(stop)
 	wg.Wait()
 	return err, canceled
 }
+
+// cancelAttempts bounds the cancel requests sent for one pipeline: each
+// waits up to RollbackTimeout for the server's answer.
+const cancelAttempts = 3
 
 // firstError returns the index and error of the statement that ended the
 // batch, or -1 when none did.
