@@ -55,6 +55,16 @@
 //   - Complete, Fail and Cancel update one row (compare-and-set) and lock it
 //     until the transaction ends.
 //   - Reads take no locks.
+//
+// # Round trips
+//
+// Owned transactions run on the session engine of internal/txn. A keyed
+// enqueue is one round trip for every outcome (BEGIN, the insert, the
+// guarded lookup of the key's holder and COMMIT in one pipeline; in a
+// caller's transaction the isolation probe, the insert and the lookup). An
+// unkeyed enqueue, a finish and a cancel are one statement. Claim, lease
+// recovery and workflow enqueue run their statements one by one between a
+// BEGIN and a COMMIT of their own.
 package jobs
 
 import (
