@@ -147,23 +147,37 @@ func TestContextDoneBeforeTheFinalBatchRollsBack(t *testing.T) {
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	// The call runs on a pool of one connection, to see it come back.
+	callPool := testdb.OpenPool(t, pool.Config().ConnString(), 1, nil)
+	pidOf := func() uint32 {
+		c, err := callPool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		return c.Conn().PgConn().PID()
+	}
+	before := pidOf()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer failpoint.Enable(replay.FailpointAfterSourceLock, onSource(sourceID, func(int) { cancel() }))()
 
-	_, err := replay.SucceededJob(callCtx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+	_, err := replay.SucceededJob(callCtx, callPool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 	if !errors.Is(err, context.Canceled) || errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.CategoryOf(err) != runledger.CategoryTransient {
 		t.Fatalf("err %v, want a transient error wrapping context.Canceled", err)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
 		t.Fatalf("%d jobs", n)
 	}
-	// When the call ends by closing its connection, the server rolls back
-	// once it notices the close: the lock goes soon, not necessarily
-	// before the call returns. A lock that stays fails the wait.
-	testdb.WaitFor(t, "the source's row lock to be released", func() bool {
-		return probeRowLocks(t, pool, sourceID).unlocked()
-	})
+	// Nothing of the rest was sent, so the call rolled back on its
+	// connection before returning: the lock is gone and the connection,
+	// sound, went back to the pool.
+	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
+		t.Fatalf("source still locked after the call returned: %+v", locks)
+	}
+	if after := pidOf(); after != before {
+		t.Fatalf("the connection was replaced (backend %d, then %d), not rolled back and reused", before, after)
+	}
 	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 }
 

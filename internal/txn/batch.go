@@ -174,7 +174,9 @@ func (b *Batch) Send(ctx context.Context) error {
 		s.discard = true
 		return dberr.CommitUnconfirmed(b.steps[len(b.steps)-1].what, err)
 	default:
-		s.discard = true
+		// Nothing sent (a context that ended between two parts) leaves the
+		// connection sound: End rolls back. Anything else, it is given up.
+		s.discard = s.discard || !pgconn.SafeToRetry(err)
 		return dberr.Translate(ctx, what, err)
 	}
 }
