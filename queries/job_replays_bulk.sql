@@ -17,45 +17,54 @@
 -- source) wait for each other instead of deadlocking; a waiter re-checks
 -- the conditions on the newest row. Replay jobs are not locked: a bulk
 -- result reports no replay status that a lock would have to keep true.
+-- (The lineage probe is a correlated subquery, so that it reads the
+-- idempotency index once per source whatever the planner guesses of the
+-- arrays' length.)
 -- name: JobReplayBulkLockSources :many
 WITH input AS (
     SELECT i.source_job_id, (@source_run_numbers::int[])[i.ord] AS source_run_number, i.ord
     FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS i(source_job_id, ord)
 ),
 lineage AS MATERIALIZED (
-    SELECT input.source_job_id, found.replay_job_id, found.reason
+    SELECT input.source_job_id, input.source_run_number, input.ord,
+           (SELECT jr.replay_job_id
+            FROM job_replays jr
+            JOIN job_queue source ON source.id = jr.source_job_id
+            WHERE jr.source_job_id = input.source_job_id
+              AND jr.source_run_number = input.source_run_number
+              AND jr.replay_request_key = @replay_request_key
+              AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid) AS replay_job_id,
+           (SELECT jr.reason
+            FROM job_replays jr
+            JOIN job_queue source ON source.id = jr.source_job_id
+            WHERE jr.source_job_id = input.source_job_id
+              AND jr.source_run_number = input.source_run_number
+              AND jr.replay_request_key = @replay_request_key
+              AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid) AS reason
     FROM input
-    CROSS JOIN LATERAL (
-        SELECT jr.replay_job_id, jr.reason
-        FROM job_replays jr
-        JOIN job_queue source ON source.id = jr.source_job_id
-        WHERE jr.source_job_id = input.source_job_id
-          AND jr.source_run_number = input.source_run_number
-          AND jr.replay_request_key = @replay_request_key
-          AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-        LIMIT 1
-    ) found
+),
+found AS (
+    SELECT ord, replay_job_id, reason FROM lineage WHERE replay_job_id IS NOT NULL
 ),
 locked AS MATERIALIZED (
     SELECT jq.id
-    FROM input
-    JOIN job_queue jq ON jq.id = input.source_job_id AND jq.run_number = input.source_run_number
-    WHERE jq.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+    FROM lineage
+    JOIN job_queue jq ON jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
+    WHERE lineage.replay_job_id IS NULL
+      AND jq.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
       AND jq.status = 'SUCCEEDED'
       AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id)
-      AND NOT EXISTS (SELECT 1 FROM lineage WHERE lineage.source_job_id = jq.id)
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 )
-SELECT input.source_job_id::uuid AS source_job_id,
-       input.source_run_number::int AS source_run_number,
-       lineage.replay_job_id,
-       lineage.reason,
-       (locked.id IS NOT NULL)::bool AS locked
-FROM input
-LEFT JOIN lineage ON lineage.source_job_id = input.source_job_id
-LEFT JOIN locked ON locked.id = input.source_job_id
-ORDER BY input.ord;
+SELECT lineage.source_job_id::uuid AS source_job_id,
+       lineage.source_run_number::int AS source_run_number,
+       found.replay_job_id,
+       found.reason,
+       (lineage.source_job_id IN (SELECT id FROM locked))::bool AS locked
+FROM lineage
+LEFT JOIN found ON found.ord = lineage.ord
+ORDER BY lineage.ord;
 
 -- JobReplayBulkInsert is the single replay's second lookup and insert for
 -- the sources a chunk locked (@source_job_ids at @source_run_numbers, each
@@ -69,25 +78,35 @@ ORDER BY input.ord;
 -- and execution_resource_key copied; run 1, PENDING, queued, due now), its
 -- one ENQUEUED event with the five-key provenance, and the lineage row. A
 -- source of a missing or disabled definition gets nothing and a row with
--- neither lineage nor replay. One row per source, in the order given, with
--- the counts of what was written for a check.
+-- neither lineage nor replay. The ENQUEUED event is written from the
+-- source beside the job (run 1, stage queued: what the insert sets, which
+-- the counts check), not joined to the inserted rows. One row per source,
+-- in the order given, with the counts of what was written for a check.
+-- (Every lineage probe is a correlated subquery, so that it reads the
+-- idempotency index once per source whatever the planner guesses of the
+-- arrays' length.)
 -- name: JobReplayBulkInsert :many
 WITH locked AS (
     SELECT l.source_job_id, (@source_run_numbers::int[])[l.ord] AS source_run_number,
            (@replay_job_ids::uuid[])[l.ord] AS replay_job_id, l.ord
     FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS l(source_job_id, ord)
 ),
-lineage AS MATERIALIZED (
-    SELECT locked.source_job_id, found.replay_job_id, found.reason
+checked AS MATERIALIZED (
+    SELECT locked.source_job_id, locked.source_run_number, locked.replay_job_id, locked.ord,
+           (SELECT jr.replay_job_id
+            FROM job_replays jr
+            WHERE jr.source_job_id = locked.source_job_id
+              AND jr.source_run_number = locked.source_run_number
+              AND jr.replay_request_key = @replay_request_key) AS existing_replay_job_id,
+           (SELECT jr.reason
+            FROM job_replays jr
+            WHERE jr.source_job_id = locked.source_job_id
+              AND jr.source_run_number = locked.source_run_number
+              AND jr.replay_request_key = @replay_request_key) AS existing_reason
     FROM locked
-    CROSS JOIN LATERAL (
-        SELECT jr.replay_job_id, jr.reason
-        FROM job_replays jr
-        WHERE jr.source_job_id = locked.source_job_id
-          AND jr.source_run_number = locked.source_run_number
-          AND jr.replay_request_key = @replay_request_key
-        LIMIT 1
-    ) found
+),
+found AS (
+    SELECT ord, existing_replay_job_id, existing_reason FROM checked WHERE existing_replay_job_id IS NOT NULL
 ),
 definition AS MATERIALIZED (
     SELECT d.job_type
@@ -98,12 +117,12 @@ definition AS MATERIALIZED (
     FOR SHARE
 ),
 source AS MATERIALIZED (
-    SELECT locked.replay_job_id AS new_id, s.id, s.run_number, s.job_type, s.organization_id, s.payload,
+    SELECT checked.replay_job_id AS new_id, s.id, s.run_number, s.job_type, s.organization_id, s.payload,
            s.priority, s.max_attempts, s.timeout_seconds, s.execution_resource_key
-    FROM locked
-    JOIN job_queue s ON s.id = locked.source_job_id AND s.run_number = locked.source_run_number
-    JOIN definition d ON d.job_type = s.job_type
-    WHERE NOT EXISTS (SELECT 1 FROM lineage WHERE lineage.source_job_id = locked.source_job_id)
+    FROM checked
+    JOIN job_queue s ON s.id = checked.source_job_id AND s.run_number = checked.source_run_number
+    WHERE checked.existing_replay_job_id IS NULL
+      AND s.job_type IN (SELECT job_type FROM definition)
 ),
 inserted AS (
     INSERT INTO job_queue (
@@ -114,41 +133,40 @@ inserted AS (
            timeout_seconds, now(), 'queued', execution_resource_key
     FROM source
     ORDER BY new_id
-    RETURNING id, job_type, status, run_number, stage
+    RETURNING id, status, run_number, stage
 ),
 event AS (
     INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
+    SELECT source.new_id, 1, 'ENQUEUED', 'queued',
            jsonb_strip_nulls(jsonb_build_object(
-               'job_type', inserted.job_type,
+               'job_type', source.job_type,
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', @replay_request_key::text,
                'reason', @reason::text))
-    FROM inserted JOIN source ON source.new_id = inserted.id
+    FROM source
+    ORDER BY source.new_id
     RETURNING id
 ),
 recorded AS (
     INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, @replay_request_key::text, inserted.id, @reason::text
-    FROM inserted JOIN source ON source.new_id = inserted.id
-    RETURNING source_job_id, replay_job_id
+    SELECT source.id, source.run_number, @replay_request_key::text, source.new_id, @reason::text
+    FROM source
+    ORDER BY source.new_id
+    RETURNING replay_job_id
 )
-SELECT locked.source_job_id::uuid AS source_job_id,
-       locked.source_run_number::int AS source_run_number,
-       lineage.replay_job_id AS existing_replay_job_id,
-       lineage.reason AS existing_reason,
-       recorded.replay_job_id AS inserted_replay_job_id,
-       inserted.status AS inserted_status,
-       inserted.run_number AS inserted_run_number,
+SELECT checked.source_job_id::uuid AS source_job_id,
+       checked.source_run_number::int AS source_run_number,
+       found.existing_replay_job_id,
+       found.existing_reason,
+       (checked.replay_job_id IN (SELECT replay_job_id FROM recorded))::bool AS inserted,
        (SELECT count(*) FROM inserted) AS inserted_count,
+       (SELECT count(*) FROM inserted WHERE status = 'PENDING' AND run_number = 1 AND stage = 'queued') AS pending_count,
        (SELECT count(*) FROM event) AS event_count,
        (SELECT count(*) FROM recorded) AS lineage_count
-FROM locked
-LEFT JOIN lineage ON lineage.source_job_id = locked.source_job_id
-LEFT JOIN recorded ON recorded.source_job_id = locked.source_job_id
-LEFT JOIN inserted ON inserted.id = recorded.replay_job_id
-ORDER BY locked.ord;
+FROM checked
+LEFT JOIN found ON found.ord = checked.ord
+ORDER BY checked.ord;
 
 -- JobGetForBulkReplayClassification reads, without any lock, the sources
 -- of a chunk that had no lineage and were not locked (@ids), in the
@@ -184,8 +202,8 @@ WHERE jq.job_type = @job_type
   AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
   AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
                                  coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
-  AND NOT EXISTS (SELECT 1 FROM job_replays jr
-                  WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+  AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+      IS DISTINCT FROM @replay_request_key::text
 ORDER BY jq.organization_id, jq.finished_at, jq.id
 LIMIT @max_jobs;
 
@@ -201,8 +219,8 @@ WHERE jq.job_type = @job_type
   AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
   AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
                                  coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
-  AND NOT EXISTS (SELECT 1 FROM job_replays jr
-                  WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+  AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+      IS DISTINCT FROM @replay_request_key::text
 ORDER BY jq.finished_at, jq.id
 LIMIT @max_jobs;
 
@@ -217,8 +235,8 @@ SELECT count(*) FROM (
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
       AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
-      AND NOT EXISTS (SELECT 1 FROM job_replays jr
-                      WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+      AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+          IS DISTINCT FROM @replay_request_key::text
     LIMIT @max_jobs
 ) selected;
 
@@ -233,7 +251,7 @@ SELECT count(*) FROM (
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
       AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
-      AND NOT EXISTS (SELECT 1 FROM job_replays jr
-                      WHERE jr.replay_job_id = jq.id AND jr.replay_request_key = @replay_request_key)
+      AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+          IS DISTINCT FROM @replay_request_key::text
     LIMIT @max_jobs
 ) selected;

@@ -361,17 +361,11 @@ func (b *bulk) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID
 		case row.SourceJobID != r.SourceJobID || row.SourceRunNumber != r.SourceRunNumber:
 			return errs.Invariant("bulk replay insert returned its rows out of order")
 		case row.ExistingReplayJobID != nil:
-			if row.ExistingReason == nil || row.InsertedReplayJobID != nil {
+			if row.ExistingReason == nil || row.Inserted {
 				return errs.Invariant("bulk replay insert wrote a replay although the second lookup found lineage")
 			}
 			b.found(r, *row.ExistingReplayJobID, *row.ExistingReason)
-		case row.InsertedReplayJobID != nil:
-			switch {
-			case *row.InsertedReplayJobID != newIDs[k]:
-				return errs.Invariant("bulk replay insert returned another replay job than requested")
-			case row.InsertedStatus == nil || *row.InsertedStatus != db.JobStatusPENDING || row.InsertedRunNumber == nil || *row.InsertedRunNumber != 1:
-				return errs.Invariant("new bulk replay job is not PENDING at run 1")
-			}
+		case row.Inserted:
 			n++
 			id := newIDs[k]
 			r.Result, r.ReplayJobID = BulkInserted, &id
@@ -380,9 +374,9 @@ func (b *bulk) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID
 			r.Result = BulkDefinitionUnavailable
 		}
 	}
-	if first := rows[0]; first.InsertedCount != n || first.EventCount != n || first.LineageCount != n {
-		return errs.Invariantf("bulk replay insert wrote %d jobs, %d events and %d lineage rows for %d replays",
-			first.InsertedCount, first.EventCount, first.LineageCount, n)
+	if first := rows[0]; first.InsertedCount != n || first.PendingCount != n || first.EventCount != n || first.LineageCount != n {
+		return errs.Invariantf("bulk replay insert wrote %d jobs (%d PENDING at run 1, queued), %d events and %d lineage rows for %d replays",
+			first.InsertedCount, first.PendingCount, first.EventCount, first.LineageCount, n)
 	}
 	return nil
 }
