@@ -176,6 +176,7 @@ func (b *bulk) runChunk(ctx context.Context, sources []Source, after cursor) ([]
 		if err != nil || len(sources) == 0 {
 			return nil, nil, after, err
 		}
+		failpoint.Inject(ctx, fpBulkAfterSelect, bulkCall{Key: b.req.Key, Chunk: b.index})
 	}
 
 	ids := make([]uuid.UUID, len(sources))

@@ -485,3 +485,61 @@ func TestBulkRateThrottlesInserts(t *testing.T) {
 		t.Fatalf("chunks %v, last ended %s after the start: want [20 10], at least 1s", sizes, last)
 	}
 }
+
+type retryMarker struct{}
+
+// TestBulkSourceThatChangesUnderTheChunkIsReplayedOnItsOwn changes sources
+// between a chunk's unlocked reads and its lock: a list source that became
+// eligible after the lock passed it by, and a filter's source whose run
+// moved on after the page was selected, are each replayed by the single
+// replay's lock loop (at the run it has then, for the filter); a dry run
+// takes the same path and writes nothing.
+func TestBulkSourceThatChangesUnderTheChunkIsReplayedOnItsOwn(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), retryMarker{}, true)
+	pool := testdb.New(t)
+	scope := runledger.Organization(uuid.New())
+	ids := seedSucceeded(t, pool, scope, "email", 3, time.Now().Add(-time.Hour))
+	mine := func(ctx context.Context) bool { return ctx.Value(retryMarker{}) != nil }
+
+	// List: ids[1] is PENDING when the chunk locks, SUCCEEDED again when the
+	// chunk classifies it.
+	for _, dry := range []bool{true, false} {
+		testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING' WHERE id = $1`, ids[1])
+		disable := failpoint.EnableFor(replay.FailpointBulkAfterLock, func(ctx context.Context, _ any) {
+			if mine(ctx) {
+				testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED' WHERE id = $1`, ids[1])
+			}
+		}, mine)
+		before := ledgerCounts(t, pool)
+		sum, results := collect(t, ctx, pool, replay.BulkRequest{Scope: scope, Key: "list", Reason: "r", Sources: listOf(ids, 1), DryRun: dry})
+		disable()
+		if sum.Inserted != 3 || results[1].Result != replay.BulkInserted || results[1].SourceRunNumber != 1 {
+			t.Fatalf("dry run %v: %+v %+v", dry, sum, results)
+		}
+		if dry && ledgerCounts(t, pool) != before {
+			t.Fatal("the dry run's own replay of a changed source wrote rows")
+		}
+	}
+	assertReplayedOnce(t, pool, "list", ids)
+
+	// Filter: ids[2] runs again and succeeds at run 2 between the page
+	// selection and the lock.
+	disable := failpoint.EnableFor(replay.FailpointBulkAfterSelect, func(ctx context.Context, _ any) {
+		if mine(ctx) {
+			testdb.Exec(t, pool, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, ids[2])
+		}
+	}, mine)
+	sum, results := collect(t, ctx, pool, replay.BulkRequest{Scope: scope, Key: "filter", Reason: "r", Filter: &replay.Filter{JobType: "email"}})
+	disable()
+	if sum.Inserted != 3 || len(results) != 3 {
+		t.Fatalf("filter: %+v %+v", sum, results)
+	}
+	for _, r := range results {
+		if want := int32(map[bool]int{true: 2, false: 1}[r.SourceJobID == ids[2]]); r.SourceRunNumber != want || r.Result != replay.BulkInserted {
+			t.Fatalf("filter result %+v, want inserted at run %d", r, want)
+		}
+	}
+	if run := testdb.Scalar[int32](t, pool, `SELECT source_run_number FROM job_replays WHERE source_job_id = $1 AND replay_request_key = 'filter'`, ids[2]); run != 2 {
+		t.Fatalf("lineage of the moved source at run %d, want 2", run)
+	}
+}

@@ -6,6 +6,7 @@ const (
 	FailpointBeforeSourceLock = fpBeforeSourceLock
 	FailpointAfterLockMiss    = fpAfterLockMiss
 	FailpointAfterSourceLock  = fpAfterSourceLock
+	FailpointBulkAfterSelect  = fpBulkAfterSelect
 	FailpointBulkAfterLock    = fpBulkAfterLock
 	FailpointBulkAfterChunk   = fpBulkAfterChunk
 	BulkOperation             = bulkOperation

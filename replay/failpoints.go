@@ -30,9 +30,13 @@ const (
 	// fpAfterInsert: the replay, its event and lineage are written; in
 	// SucceededJob COMMIT is next (then txn's before-commit point).
 	fpAfterInsert = "replay/after-insert"
-	// fpBulkAfterLock: a bulk chunk's first round trip is in: the sources
-	// without lineage are locked, nothing is written yet (fired with a
-	// bulkCall).
+	// fpBulkAfterSelect: a bulk chunk by filter has selected its page of
+	// sources (their runs read without a lock); the lookup and lock are
+	// next (fired with a bulkCall).
+	fpBulkAfterSelect = "replay/bulk-after-select"
+	// fpBulkAfterLock: a bulk chunk's lookup and lock round trip is in:
+	// the eligible sources without lineage are locked, nothing is written
+	// yet (fired with a bulkCall).
 	fpBulkAfterLock = "replay/bulk-after-lock"
 	// fpBulkAfterChunk: a bulk chunk has ended (committed, or rolled back
 	// in a dry run) and been reported; the next chunk is next (fired with
@@ -42,7 +46,7 @@ const (
 
 func init() {
 	failpoint.Declare(fpAfterLookup, fpBeforeSourceLock, fpAfterLockMiss, fpAfterSourceLock, fpAfterInsert,
-		fpBulkAfterLock, fpBulkAfterChunk)
+		fpBulkAfterSelect, fpBulkAfterLock, fpBulkAfterChunk)
 }
 
 // failpointCall identifies a replay request at a failpoint. Attempt is the
