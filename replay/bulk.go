@@ -265,7 +265,9 @@ func (r BulkRequest) chunkSize() int {
 // the locked sources, the classification read of the others, and COMMIT.
 // A source that an unlocked read finds eligible although the locking read
 // passed it by (it changed in between) is replayed on its own afterwards
-// by the single replay's bounded lock loop, as SucceededJob would.
+// by the single replay's bounded lock loop, as SucceededJob would (an
+// error there, such as job.replay_source_unstable, stops the action after
+// its chunk committed and before that chunk is reported).
 //
 // onChunk (may be nil) is called after each chunk ends, committed or, in a
 // dry run, rolled back; an error from it stops the action and is
