@@ -38,12 +38,14 @@ func TestDelayHoldsEveryRequest(t *testing.T) {
 	for i := 0; i < 3; i++ { // one round trip each
 		testdb.Scalar[int](t, c, `SELECT 1`)
 	}
-	// The sleep is calibrated so that its median is d: a chunk may be
-	// held a little less, never much less.
-	if took := time.Since(t0); took < 3*d*8/10 {
+	// The sleep is calibrated at start so that its median is d; on a
+	// loaded machine the calibration sees a large overshoot and sleeps
+	// less, so the bound is half of d: a chunk passed on without its delay
+	// still fails.
+	if took := time.Since(t0); took < 3*d/2 {
 		t.Fatalf("3 round trips took %s, want about %s or more", took, 3*d)
 	}
-	if held := p.MeanHeld(); held < d*8/10 {
+	if held := p.MeanHeld(); held < d/2 {
 		t.Fatalf("mean held %s, want about %s or more", held, d)
 	}
 }
