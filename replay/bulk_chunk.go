@@ -305,37 +305,44 @@ func (b *bulk) selectPage(ctx context.Context, s *txn.Session, page []Source, af
 	f := b.req.Filter
 	max := int32(cap(page))
 	bt := s.Batch(ctx)
-	const what = "select bulk job replay sources"
-	if org := b.req.Scope.OrganizationIDPtr(); org != nil {
-		st := txn.Queue(bt, what, func(q db.DBTX) ([]db.JobListSucceededForReplayOrgRow, error) {
-			return queries.JobListSucceededForReplayOrg(ctx, q, db.JobListSucceededForReplayOrgParams{
+	// Both scopes' statements return the same columns; each has its own
+	// statement so that it matches its index.
+	st := txn.Queue(bt, "select bulk job replay sources", func(q db.DBTX) ([]pageRow, error) {
+		var out []pageRow
+		if org := b.req.Scope.OrganizationIDPtr(); org != nil {
+			rs, err := queries.JobListSucceededForReplayOrg(ctx, q, db.JobListSucceededForReplayOrgParams{
 				JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: f.SucceededUntil,
 				AfterFinishedAt: after.finishedAt, AfterID: after.id, ReplayRequestKey: b.req.Key, MaxJobs: max,
 			})
-		})
-		if err := bt.Send(ctx); err != nil {
-			return nil, after, err
+			for _, r := range rs {
+				out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt})
+			}
+			return out, err
 		}
-		for _, r := range st.Val {
-			page = append(page, Source{JobID: r.ID, ExpectedRunNumber: r.RunNumber})
-			after = cursor{finishedAt: &r.FinishedAt, id: &r.ID}
-		}
-		return page, after, nil
-	}
-	st := txn.Queue(bt, what, func(q db.DBTX) ([]db.JobListSucceededForReplayGlobalRow, error) {
-		return queries.JobListSucceededForReplayGlobal(ctx, q, db.JobListSucceededForReplayGlobalParams{
+		rs, err := queries.JobListSucceededForReplayGlobal(ctx, q, db.JobListSucceededForReplayGlobalParams{
 			JobType: f.JobType, Since: f.SucceededSince, Until: f.SucceededUntil,
 			AfterFinishedAt: after.finishedAt, AfterID: after.id, ReplayRequestKey: b.req.Key, MaxJobs: max,
 		})
+		for _, r := range rs {
+			out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt})
+		}
+		return out, err
 	})
 	if err := bt.Send(ctx); err != nil {
 		return nil, after, err
 	}
 	for _, r := range st.Val {
-		page = append(page, Source{JobID: r.ID, ExpectedRunNumber: r.RunNumber})
-		after = cursor{finishedAt: &r.FinishedAt, id: &r.ID}
+		page = append(page, Source{JobID: r.id, ExpectedRunNumber: r.run})
+		after = cursor{finishedAt: &r.finishedAt, id: &r.id}
 	}
 	return page, after, nil
+}
+
+// pageRow is one source a filter page selected.
+type pageRow struct {
+	id         uuid.UUID
+	run        int32
+	finishedAt time.Time
 }
 
 // found sets the result of a source whose lineage was found: existing when
