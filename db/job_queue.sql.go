@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,7 +43,7 @@ type JobCancelRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -59,15 +60,15 @@ type JobCancelRow struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 
@@ -143,7 +144,7 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 `
 
 type JobCompleteParams struct {
-	Output         []byte
+	Output         json.RawMessage
 	ProgressDone   *int64
 	ProgressTotal  *int64
 	ID             uuid.UUID
@@ -158,7 +159,7 @@ type JobCompleteRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -175,15 +176,15 @@ type JobCompleteRow struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 
@@ -249,7 +250,7 @@ WITH definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = $1 AND job_definitions.is_enabled
-      AND ($2::text IS NULL
+      AND ($2::jsonb IS NULL
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE
 ),
@@ -267,8 +268,8 @@ inserted AS (
            COALESCE($8::int, d.default_timeout_seconds),
            COALESCE($9::timestamptz, now()),
            CASE WHEN $9::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
-           $2::text,
-           $10::jsonb,
+           $10::text,
+           $2::jsonb,
            $11::text
     FROM definition d
     ON CONFLICT DO NOTHING
@@ -284,15 +285,15 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 
 type JobEnqueueParams struct {
 	JobType              string
-	IdempotencyKey       *string
+	EnqueueRequest       json.RawMessage
 	ID                   uuid.UUID
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Priority             *int32
 	MaxAttempts          *int32
 	TimeoutSeconds       *int32
 	NextRunAt            *time.Time
-	EnqueueRequest       []byte
+	IdempotencyKey       *string
 	ExecutionResourceKey *string
 }
 
@@ -300,7 +301,7 @@ type JobEnqueueRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -317,15 +318,15 @@ type JobEnqueueRow struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 
@@ -334,15 +335,16 @@ type JobEnqueueRow struct {
 // definition change waits. NULL settings take the definition's defaults; a
 // NULL next_run_at means now() (stage queued; a future time: scheduled).
 // A keyed job (idempotency_key and enqueue_request set) whose type, scope
-// and key are taken inserts nothing (ON CONFLICT DO NOTHING, after waiting
-// for an uncommitted competitor); a keyed insert runs only under READ
-// COMMITTED, else it reads and writes nothing and the caller refuses. No
-// row, and nothing written, when the definition is missing or disabled or
-// the key is taken.
+// and key are taken, or a job whose id is taken (a caller-chosen id, with
+// enqueue_request set), inserts nothing (ON CONFLICT DO NOTHING, after
+// waiting for an uncommitted competitor); an idempotent insert (one with
+// enqueue_request) runs only under READ COMMITTED, else it reads and
+// writes nothing and the caller refuses. No row, and nothing written,
+// when the definition is missing or disabled or the key or id is taken.
 func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams) (JobEnqueueRow, error) {
 	row := db.QueryRow(ctx, jobEnqueue,
 		arg.JobType,
-		arg.IdempotencyKey,
+		arg.EnqueueRequest,
 		arg.ID,
 		arg.OrganizationID,
 		arg.Payload,
@@ -350,7 +352,7 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 		arg.MaxAttempts,
 		arg.TimeoutSeconds,
 		arg.NextRunAt,
-		arg.EnqueueRequest,
+		arg.IdempotencyKey,
 		arg.ExecutionResourceKey,
 	)
 	var i JobEnqueueRow
@@ -461,7 +463,7 @@ type JobFailRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -478,15 +480,15 @@ type JobFailRow struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 
@@ -625,7 +627,7 @@ type JobGetForReplayClassificationRow struct {
 	Status          JobStatus
 	RunNumber       int32
 	WorkflowManaged bool
-	Job             []byte
+	Job             json.RawMessage
 }
 
 // JobGetForReplayClassification reads the replay source in the caller's
@@ -683,7 +685,7 @@ type JobLeaseRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -700,15 +702,15 @@ type JobLeaseRow struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 
@@ -1190,7 +1192,7 @@ FOR NO KEY UPDATE
 `
 
 type JobLockByIdempotencyKeyGlobalParams struct {
-	EnqueueRequest []byte
+	EnqueueRequest json.RawMessage
 	JobType        string
 	IdempotencyKey *string
 	InsertedID     uuid.UUID
@@ -1267,7 +1269,7 @@ FOR NO KEY UPDATE
 `
 
 type JobLockByIdempotencyKeyOrgParams struct {
-	EnqueueRequest []byte
+	EnqueueRequest json.RawMessage
 	JobType        string
 	OrganizationID *uuid.UUID
 	IdempotencyKey *string
@@ -1384,6 +1386,71 @@ func (q *Queries) JobLockForClaim(ctx context.Context, db DBTX, arg JobLockForCl
 	return items, nil
 }
 
+const jobLockForEnqueueByID = `-- name: JobLockForEnqueueByID :one
+SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
+       (enqueue_request IS NOT DISTINCT FROM $1::jsonb)::bool AS same_request
+FROM job_queue
+WHERE job_queue.id = $2
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE
+`
+
+type JobLockForEnqueueByIDParams struct {
+	EnqueueRequest json.RawMessage
+	ID             uuid.UUID
+}
+
+type JobLockForEnqueueByIDRow struct {
+	JobQueue    JobQueue
+	SameRequest bool
+}
+
+// JobLockForEnqueueByID finds the job holding a caller-chosen id and
+// locks it FOR NO KEY UPDATE, as JobLockByIdempotencyKeyGlobal does for a
+// key, with same_request telling whether its stored request snapshot
+// equals the given one. It follows JobEnqueue in the same pipeline; when
+// that insert wrote the job, it finds the new row, which the caller
+// ignores. Only under READ COMMITTED; otherwise it reads and locks
+// nothing.
+func (q *Queries) JobLockForEnqueueByID(ctx context.Context, db DBTX, arg JobLockForEnqueueByIDParams) (JobLockForEnqueueByIDRow, error) {
+	row := db.QueryRow(ctx, jobLockForEnqueueByID, arg.EnqueueRequest, arg.ID)
+	var i JobLockForEnqueueByIDRow
+	err := row.Scan(
+		&i.JobQueue.ID,
+		&i.JobQueue.JobType,
+		&i.JobQueue.OrganizationID,
+		&i.JobQueue.Payload,
+		&i.JobQueue.Status,
+		&i.JobQueue.Priority,
+		&i.JobQueue.RunNumber,
+		&i.JobQueue.Attempt,
+		&i.JobQueue.MaxAttempts,
+		&i.JobQueue.TimeoutSeconds,
+		&i.JobQueue.NextRunAt,
+		&i.JobQueue.LeaseExpiresAt,
+		&i.JobQueue.LastHeartbeatAt,
+		&i.JobQueue.WorkerID,
+		&i.JobQueue.StartedAt,
+		&i.JobQueue.FinishedAt,
+		&i.JobQueue.Stage,
+		&i.JobQueue.ProgressDone,
+		&i.JobQueue.ProgressTotal,
+		&i.JobQueue.ProgressPct,
+		&i.JobQueue.Checkpoint,
+		&i.JobQueue.IdempotencyKey,
+		&i.JobQueue.StatusReason,
+		&i.JobQueue.LastErrorCode,
+		&i.JobQueue.LastErrorMessage,
+		&i.JobQueue.CreatedAt,
+		&i.JobQueue.UpdatedAt,
+		&i.JobQueue.EnqueueRequest,
+		&i.JobQueue.Output,
+		&i.JobQueue.ExecutionResourceKey,
+		&i.SameRequest,
+	)
+	return i, err
+}
+
 const jobLockForReplay = `-- name: JobLockForReplay :one
 WITH locked AS MATERIALIZED (
     SELECT id, run_number, job_type, execution_resource_key,
@@ -1490,7 +1557,7 @@ type JobRecoverExpiredLeasesRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -1507,15 +1574,15 @@ type JobRecoverExpiredLeasesRow struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 

@@ -6,6 +6,7 @@ package db
 
 import (
 	"database/sql/driver"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -309,7 +310,7 @@ type JobEvent struct {
 	Stage         *string
 	ProgressDone  *int64
 	ProgressTotal *int64
-	Payload       []byte
+	Payload       json.RawMessage
 	OccurredAt    time.Time
 }
 
@@ -328,7 +329,7 @@ type JobQueue struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
-	Payload              []byte
+	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
 	RunNumber            int32
@@ -345,15 +346,15 @@ type JobQueue struct {
 	ProgressDone         *int64
 	ProgressTotal        *int64
 	ProgressPct          *float64
-	Checkpoint           []byte
+	Checkpoint           json.RawMessage
 	IdempotencyKey       *string
 	StatusReason         *string
 	LastErrorCode        *string
 	LastErrorMessage     *string
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
-	EnqueueRequest       []byte
-	Output               []byte
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
 	ExecutionResourceKey *string
 }
 

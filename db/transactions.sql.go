@@ -36,21 +36,6 @@ func (q *Queries) TransactionCommit(ctx context.Context, db DBTX) (pgconn.Comman
 	return db.Exec(ctx, transactionCommit)
 }
 
-const transactionGetIsolation = `-- name: TransactionGetIsolation :one
-SELECT current_setting('transaction_isolation')::text AS isolation
-`
-
-// TransactionGetIsolation reports the isolation level of the current
-// transaction ("read committed", "repeatable read", ...). Callers that
-// join a caller's transaction use it to refuse levels their locking
-// protocol is not correct under.
-func (q *Queries) TransactionGetIsolation(ctx context.Context, db DBTX) (string, error) {
-	row := db.QueryRow(ctx, transactionGetIsolation)
-	var isolation string
-	err := row.Scan(&isolation)
-	return isolation, err
-}
-
 const transactionRollback = `-- name: TransactionRollback :exec
 ROLLBACK
 `
@@ -60,4 +45,38 @@ ROLLBACK
 func (q *Queries) TransactionRollback(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, transactionRollback)
 	return err
+}
+
+const transactionShowIsolation = `-- name: TransactionShowIsolation :one
+SHOW transaction_isolation
+`
+
+type TransactionShowIsolationRow struct {
+}
+
+// TransactionShowIsolation reports the isolation level of the current
+// transaction with SHOW, which (unlike a SELECT) takes no snapshot: a
+// caller's SERIALIZABLE READ ONLY DEFERRABLE transaction does not wait for
+// a safe snapshot to be refused.
+func (q *Queries) TransactionShowIsolation(ctx context.Context, db DBTX) (TransactionShowIsolationRow, error) {
+	row := db.QueryRow(ctx, transactionShowIsolation)
+	var i TransactionShowIsolationRow
+	err := row.Scan()
+	return i, err
+}
+
+const transactionShowReadOnly = `-- name: TransactionShowReadOnly :one
+SHOW transaction_read_only
+`
+
+type TransactionShowReadOnlyRow struct {
+}
+
+// TransactionShowReadOnly reports, with SHOW (no snapshot), whether the
+// current transaction is read-only ("on" or "off").
+func (q *Queries) TransactionShowReadOnly(ctx context.Context, db DBTX) (TransactionShowReadOnlyRow, error) {
+	row := db.QueryRow(ctx, transactionShowReadOnly)
+	var i TransactionShowReadOnlyRow
+	err := row.Scan()
+	return i, err
 }

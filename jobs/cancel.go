@@ -15,6 +15,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 )
 
@@ -48,22 +49,24 @@ const maxCancelAttempts = 3
 // case. Canceling a leased job does not stop its worker, whose Complete or
 // Fail then gets runledger.CodeLeaseMismatch; the job keeps its execution
 // resource claim until the canceled lease would have expired, so no other
-// job with the key runs beside a worker that has not noticed.
+// job with the key runs beside a worker that has not noticed. A lost reply
+// is runledger.ErrCommitUnconfirmed, as for Complete: the job may be
+// canceled; a retry then answers runledger.CodeNotCancelable.
 func Cancel(ctx context.Context, pool *pgxpool.Pool, req CancelRequest) (runledger.Job, error) {
-	return validated(ctx, pool, req, cancel)
+	return ownedWrite(ctx, pool, "job cancel", req, cancel)
 }
 
 // CancelTx is Cancel inside the caller's transaction, which it never
 // commits or rolls back; the job stays locked until it ends.
 func CancelTx(ctx context.Context, tx pgx.Tx, req CancelRequest) (runledger.Job, error) {
-	return validated(ctx, tx, req, cancel)
+	return joinedWrite(ctx, tx, "job cancel", req, cancel)
 }
 
 // cancel runs the compare-and-set cancel; when it matches nothing, an
 // unlocked read in scope tells NotFound from not cancelable. Should that
 // read find the job cancelable after all (it changed between the two
 // statements), the cancel is tried again, a bounded number of times.
-func cancel(ctx context.Context, q db.DBTX, req CancelRequest) (runledger.Job, error) {
+func cancel(ctx context.Context, s *txn.Session, req CancelRequest) (runledger.Job, error) {
 	var reason *string
 	if strings.TrimSpace(req.Reason) != "" {
 		r := req.Reason
@@ -71,14 +74,16 @@ func cancel(ctx context.Context, q db.DBTX, req CancelRequest) (runledger.Job, e
 	}
 	org := req.Scope.OrganizationIDPtr()
 	for attempt := 1; attempt <= maxCancelAttempts; attempt++ {
-		row, err := queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, ID: req.JobID, OrganizationID: org})
+		row, err := txn.One(ctx, s, "cancel job", func(q db.DBTX) (db.JobCancelRow, error) {
+			return queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, ID: req.JobID, OrganizationID: org})
+		})
 		if err == nil {
 			return rows.Job(db.JobQueue(row))
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return runledger.Job{}, dberr.Translate(ctx, "cancel job", err)
+			return runledger.Job{}, err
 		}
-		actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: req.JobID, OrganizationID: org})
+		actual, err := queries.JobGetByID(ctx, s.DB(), db.JobGetByIDParams{ID: req.JobID, OrganizationID: org})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return runledger.Job{}, errs.JobNotFound.New(
 				fmt.Sprintf("cancel job: job %s not found in scope %s", req.JobID, req.Scope))

@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/txn"
 )
 
 // DefinitionInput creates a job type or changes its settings. A nil setting
@@ -94,6 +95,7 @@ func UpsertDefinitionTx(ctx context.Context, tx pgx.Tx, in DefinitionInput) (Def
 }
 
 func upsertDefinition(ctx context.Context, q db.DBTX, in DefinitionInput) (Definition, error) {
+	q = txn.Wrap(q)
 	row, err := queries.JobDefinitionUpsert(ctx, q, db.JobDefinitionUpsertParams{
 		JobType:               in.JobType,
 		MaxAttempts:           in.MaxAttempts,
@@ -111,6 +113,7 @@ func upsertDefinition(ctx context.Context, q db.DBTX, in DefinitionInput) (Defin
 // with no definition is runledger.CodeDefinitionMissing (NotFound). The job
 // type is validated like DefinitionInput.JobType first. No lock.
 func GetDefinition(ctx context.Context, q Querier, jobType string) (Definition, error) {
+	q = txn.Wrap(q)
 	if err := validateJobType(jobType); err != nil {
 		return Definition{}, err
 	}
@@ -127,6 +130,7 @@ func GetDefinition(ctx context.Context, q Querier, jobType string) (Definition, 
 // ListDefinitions returns every job type's definition ordered by type, an
 // empty (non-nil) slice when there are none. No lock.
 func ListDefinitions(ctx context.Context, q Querier) ([]Definition, error) {
+	q = txn.Wrap(q)
 	rs, err := queries.JobDefinitionList(ctx, q)
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list job definitions", err)

@@ -60,11 +60,21 @@
 //
 // Owned transactions run on the session engine of internal/txn. A keyed
 // enqueue is one round trip for every outcome (BEGIN, the insert, the
-// guarded lookup of the key's holder and COMMIT in one pipeline; in a
-// caller's transaction the isolation probe, the insert and the lookup). An
-// unkeyed enqueue, a finish and a cancel are one statement. Claim, lease
-// recovery and workflow enqueue run their statements one by one between a
-// BEGIN and a COMMIT of their own.
+// guarded lookup of the key's holder and COMMIT in one pipeline); in a
+// caller's transaction two (a SHOW of its isolation and access mode, then
+// the insert and the lookup). An unkeyed enqueue, a finish and a cancel
+// are one statement each, committing on its own when run on the pool.
+// Claim, lease recovery and workflow enqueue run their statements one by
+// one between a BEGIN and a COMMIT of their own.
+//
+// # Unknown outcomes
+//
+// A write sent to the server whose reply never came (the connection
+// dropped, or ctx ended and the server did not answer the cancel request
+// within the engine's grace) may have committed: the error matches
+// runledger.ErrCommitUnconfirmed, never a transient error whose retry
+// could write twice. Keyed enqueues and enqueues with a chosen JobID are
+// safe to repeat; after a lost Complete, Fail or Cancel, read the job.
 package jobs
 
 import (

@@ -45,6 +45,16 @@ type EnqueueRequest struct {
 	// ExecutionResourceKey, when not empty, names a resource: jobs sharing
 	// it never hold a lease at the same time. "" means none.
 	ExecutionResourceKey string
+	// JobID, when not uuid.Nil, is the new job's id instead of a fresh
+	// UUIDv7, and makes the enqueue idempotent on it: repeating the same
+	// request with the same JobID returns the job it created
+	// (runledger.DispositionExisting, in its current state) and writes
+	// nothing, so an enqueue whose outcome is unknown
+	// (runledger.ErrCommitUnconfirmed) can be retried safely, keyed or
+	// not. Another request naming an id that a job holds (in any scope)
+	// is runledger.CodeIdempotencyConflict, which says nothing of that
+	// job. Choose ids that cannot collide (uuid.NewV7).
+	JobID uuid.UUID
 	// MaxPayloadBytes caps len(Payload) for this call; zero (or negative)
 	// means DefaultMaxJSONBytes. It is a guard, not stored, and not part of
 	// the request a keyed retry must repeat.
@@ -106,6 +116,10 @@ func (r EnqueueRequest) Validate() error {
 
 func (r EnqueueRequest) keyed() bool { return r.IdempotencyKey != "" }
 
+// idempotent reports a request a retry must resolve to the same job: keyed,
+// or with a chosen id. Its snapshot is stored and compared.
+func (r EnqueueRequest) idempotent() bool { return r.keyed() || r.JobID != uuid.Nil }
+
 // EnqueueResult is the job an enqueue created or found.
 type EnqueueResult struct {
 	// Job is the job as stored now: the new job (PENDING, run 1, attempt 0)
@@ -117,58 +131,77 @@ type EnqueueResult struct {
 
 // Enqueue creates a job and its ENQUEUED event.
 //
-// Unkeyed, it is one statement on the pool: the definition must exist and
-// be enabled (else runledger.CodeDefinitionNotFoundOrDisabled, nothing
-// written); nil settings take its defaults; the id is a new UUIDv7.
+// Unkeyed, without a chosen JobID, it is one statement on a pooled
+// connection: the definition must exist and be enabled (else
+// runledger.CodeDefinitionNotFoundOrDisabled, nothing written); nil
+// settings take its defaults; the id is a new UUIDv7. When the statement
+// was sent and its reply lost, the job may exist: the error matches
+// runledger.ErrCommitUnconfirmed, and a retry would create a second job,
+// so set JobID (or IdempotencyKey) where a retry must be safe.
 //
-// Keyed, it runs in a READ COMMITTED transaction of its own. The insert
-// does nothing when a job with the same type, scope and key exists (it
-// waits for an uncommitted competitor first); the existing job is then
-// locked FOR NO KEY UPDATE and compared with this request's canonical
-// snapshot (job type, organization, payload, priority, max attempts,
-// timeout, run-at and resource key as given: a nil setting stays null, so
-// it is not the same request as one naming the default explicitly; JSON
-// equality, so key order and spacing do not matter). The same request
-// returns it with runledger.DispositionExisting; another request is
+// Keyed, or with a chosen JobID, it runs in a READ COMMITTED transaction
+// of its own, one round trip. The insert does nothing when a job with the
+// same type, scope and key (or with the id) exists (it waits for an
+// uncommitted competitor first); that job is then locked FOR NO KEY
+// UPDATE and compared with this request's canonical snapshot (job type,
+// organization, payload, priority, max attempts, timeout, run-at, resource
+// key and chosen id as given: a nil setting stays null, so it is not the
+// same request as one naming the default explicitly; JSON equality, so
+// key order and spacing do not matter). The same request returns it with
+// runledger.DispositionExisting; another request is
 // runledger.CodeIdempotencyConflict. Existing is returned even when the
 // definition has since been disabled. A failed COMMIT matches
-// runledger.ErrCommitUnconfirmed; repeating a keyed enqueue is safe.
+// runledger.ErrCommitUnconfirmed; repeating such an enqueue is safe.
 func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (EnqueueResult, error) {
-	return enqueue(ctx, pool, req, func() (*txn.Session, error) { return txn.Own(ctx, pool, keyedOperation) })
-}
-
-const keyedOperation = "keyed job enqueue"
-
-// EnqueueTx is Enqueue inside the caller's transaction, which it never
-// commits or rolls back. A keyed request requires READ COMMITTED (else
-// runledger.CodeEnqueueUnsupportedIsolation), because the lookup after a
-// conflicting insert must see the competitor's committed row; after an
-// Existing result the existing job stays locked until the caller's
-// transaction ends (claims skip it). An unkeyed request is one statement
-// and runs under any isolation. The definition row is held FOR SHARE until
-// the transaction ends.
-func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResult, error) {
-	return enqueue(ctx, tx, req, func() (*txn.Session, error) { return txn.Join(tx, keyedOperation), nil })
-}
-
-// enqueue validates req, then inserts an unkeyed job with one statement on
-// q, or a keyed one on the session that session opens (and enqueue ends).
-func enqueue(ctx context.Context, q db.DBTX, req EnqueueRequest, session func() (*txn.Session, error)) (EnqueueResult, error) {
 	if err := req.Validate(); err != nil {
 		return EnqueueResult{}, err
 	}
-	params, err := enqueueParams(req)
-	if err != nil {
-		return EnqueueResult{}, err
+	op := unkeyedOperation
+	if req.idempotent() {
+		op = keyedOperation
 	}
-	if !req.keyed() {
-		return enqueueUnkeyed(ctx, q, params)
-	}
-	s, err := session()
+	s, err := txn.Own(ctx, pool, op)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
 	defer s.End(ctx)
+	return enqueue(ctx, s, req)
+}
+
+const (
+	keyedOperation   = "keyed job enqueue"
+	unkeyedOperation = "job enqueue"
+)
+
+// EnqueueTx is Enqueue inside the caller's transaction, which it never
+// commits or rolls back. A keyed request, or one with a chosen JobID,
+// requires READ COMMITTED (else runledger.CodeEnqueueUnsupportedIsolation),
+// because the lookup after a conflicting insert must see the competitor's
+// committed row; after an Existing result the existing job stays locked
+// until the caller's transaction ends (claims skip it). Any other request
+// is one statement and runs under any isolation. The definition row is
+// held FOR SHARE until the transaction ends.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResult, error) {
+	if err := req.Validate(); err != nil {
+		return EnqueueResult{}, err
+	}
+	op := unkeyedOperation
+	if req.idempotent() {
+		op = keyedOperation
+	}
+	return enqueue(ctx, txn.Join(tx, op), req)
+}
+
+// enqueue inserts a validated request: an unkeyed job with one statement,
+// an idempotent one with the insert and its lookups in one round trip.
+func enqueue(ctx context.Context, s *txn.Session, req EnqueueRequest) (EnqueueResult, error) {
+	params, err := enqueueParams(req)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if !req.idempotent() {
+		return enqueueUnkeyed(ctx, s, params)
+	}
 	return enqueueKeyed(ctx, s, req, params)
 }
 
@@ -183,6 +216,9 @@ type requestSnapshot struct {
 	TimeoutSeconds       *int32          `json:"timeout_seconds"`
 	RunAt                *string         `json:"run_at"`
 	ExecutionResourceKey *string         `json:"execution_resource_key"`
+	// JobID is set only when the caller chose the id, so that snapshots of
+	// requests without one stay as they were.
+	JobID *uuid.UUID `json:"job_id,omitempty"`
 }
 
 // runAtLayout formats a run-at time in the snapshot: UTC, to the
@@ -194,9 +230,12 @@ var emptyObject = json.RawMessage(`{}`)
 // enqueueParams builds the statement's arguments: a new UUIDv7, the
 // effective payload and, for a keyed request, the snapshot.
 func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return db.JobEnqueueParams{}, errs.JobIDFailed.New("generate job id: " + err.Error())
+	id := req.JobID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return db.JobEnqueueParams{}, errs.JobIDFailed.New("generate job id: " + err.Error())
+		}
 	}
 	payload := req.Payload
 	if payload == nil {
@@ -218,7 +257,7 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 		NextRunAt:            runAt,
 		ExecutionResourceKey: optionalText(req.ExecutionResourceKey),
 	}
-	if req.keyed() {
+	if req.idempotent() {
 		snap := requestSnapshot{
 			JobType:              req.JobType,
 			OrganizationID:       p.OrganizationID,
@@ -232,12 +271,18 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 			s := runAt.Format(runAtLayout)
 			snap.RunAt = &s
 		}
+		if req.JobID != uuid.Nil {
+			chosen := req.JobID
+			snap.JobID = &chosen
+		}
 		b, err := json.Marshal(snap)
 		if err != nil {
 			return db.JobEnqueueParams{}, errs.Invariant("encode enqueue request snapshot: " + err.Error())
 		}
-		key := req.IdempotencyKey
-		p.IdempotencyKey = &key
+		if req.keyed() {
+			key := req.IdempotencyKey
+			p.IdempotencyKey = &key
+		}
 		p.EnqueueRequest = b
 	}
 	return p, nil
@@ -250,87 +295,96 @@ func optionalText(s string) *string {
 	return &s
 }
 
-// insertJob runs the one-statement insert; ok is false when it inserted
-// nothing (definition missing or disabled, or the key taken).
-func insertJob(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (job runledger.Job, ok bool, err error) {
-	row, err := queries.JobEnqueue(ctx, q, p)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.Job{}, false, nil
-	}
-	if err != nil {
-		return runledger.Job{}, false, dberr.Translate(ctx, "enqueue job", err)
-	}
-	if row.ID != p.ID {
-		return runledger.Job{}, false, errs.Invariant("enqueue returned another job than the one inserted")
-	}
-	job, err = rows.Job(db.JobQueue(row))
-	return job, err == nil, err
+// enqueueUnkeyed inserts an unkeyed job without a chosen id: one
+// statement, no isolation requirement; outside a caller's transaction it
+// commits on its own, so a lost reply is an unknown outcome.
+func enqueueUnkeyed(ctx context.Context, s *txn.Session, p db.JobEnqueueParams) (EnqueueResult, error) {
+	row, err := txn.One(ctx, s, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
+		return queries.JobEnqueue(ctx, q, p)
+	})
+	return unkeyedResult(p, row, err)
 }
 
-// enqueueUnkeyed inserts an unkeyed job: one statement, no isolation
-// requirement.
-func enqueueUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (EnqueueResult, error) {
-	job, ok, err := insertJob(ctx, q, p)
+// insertUnkeyed is enqueueUnkeyed's statement run on q, inside a
+// transaction of the caller's (a workflow step's enqueue).
+func insertUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (EnqueueResult, error) {
+	row, err := queries.JobEnqueue(ctx, q, p)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		err = dberr.Translate(ctx, "enqueue job", err)
+	}
+	return unkeyedResult(p, row, err)
+}
+
+// unkeyedResult is the result of an unkeyed insert whose row and error are
+// in.
+func unkeyedResult(p db.JobEnqueueParams, row db.JobEnqueueRow, err error) (EnqueueResult, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return EnqueueResult{}, errs.DefinitionUnavailableFor(p.JobType)
+	}
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	if !ok {
-		return EnqueueResult{}, errs.DefinitionUnavailableFor(p.JobType)
+	if row.ID != p.ID {
+		return EnqueueResult{}, errs.Invariant("enqueue returned another job than the one inserted")
+	}
+	job, err := rows.Job(db.JobQueue(row))
+	if err != nil {
+		return EnqueueResult{}, err
 	}
 	return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 }
 
-// keyRow is the job holding a key, as either scope's lookup returns it.
+// keyRow is the job holding a key or an id, as a lookup returns it.
 type keyRow struct {
 	job  db.JobQueue
 	same bool
 }
 
-// enqueueKeyed inserts a keyed job or resolves the existing one in one
-// round trip: [BEGIN READ COMMITTED,] the insert (ON CONFLICT DO NOTHING),
-// the lookup that locks the job holding the key, guarded in SQL to run only
-// when the insert wrote nothing[, COMMIT]. In a caller's transaction the
-// isolation probe goes first, and the insert and lookup run only under READ
-// COMMITTED, so that the lookup after an insert that did nothing sees the
-// row that made it do nothing.
+// enqueueKeyed inserts a keyed job, or one with a chosen id, or resolves
+// the existing one, in one round trip: [BEGIN READ COMMITTED,] the insert
+// (ON CONFLICT DO NOTHING), the lookup that locks the job holding the key
+// (guarded in SQL to run only when the insert wrote nothing), the lookup
+// that locks the job holding the chosen id[, COMMIT]. A caller's
+// transaction is first checked to be read-write READ COMMITTED (a round
+// trip of its own, txn.CheckCallerTx), so that a lookup after an insert
+// that did nothing sees the row that made it do nothing; the insert and
+// lookups also guard on the isolation in SQL.
 func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.JobEnqueueParams) (EnqueueResult, error) {
-	b := s.Batch(ctx)
-	var iso *txn.Step[string]
-	if !s.Owned() {
-		iso = txn.Queue(b, "inspect transaction isolation", func(q db.DBTX) (string, error) {
-			return queries.TransactionGetIsolation(ctx, q)
-		})
+	if err := txn.CheckCallerTx(ctx, s, keyedOperation, errs.EnqueueUnsupportedIsolation); err != nil {
+		return EnqueueResult{}, err
 	}
+	b := s.Batch(ctx)
 	ins := txn.Queue(b, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
 		return queries.JobEnqueue(ctx, q, p)
 	})
-	lock := txn.Queue(b, "lock job by idempotency key", func(q db.DBTX) (keyRow, error) {
-		if p.OrganizationID == nil {
-			r, err := queries.JobLockByIdempotencyKeyGlobal(ctx, q, db.JobLockByIdempotencyKeyGlobalParams{
-				EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
+	var byKey, byID *txn.Step[keyRow]
+	if req.keyed() {
+		byKey = txn.Queue(b, "lock job by idempotency key", func(q db.DBTX) (keyRow, error) {
+			if p.OrganizationID == nil {
+				r, err := queries.JobLockByIdempotencyKeyGlobal(ctx, q, db.JobLockByIdempotencyKeyGlobalParams{
+					EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
+				})
+				return keyRow{r.JobQueue, r.SameRequest}, err
+			}
+			r, err := queries.JobLockByIdempotencyKeyOrg(ctx, q, db.JobLockByIdempotencyKeyOrgParams{
+				EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, OrganizationID: p.OrganizationID,
+				IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
 			})
 			return keyRow{r.JobQueue, r.SameRequest}, err
-		}
-		r, err := queries.JobLockByIdempotencyKeyOrg(ctx, q, db.JobLockByIdempotencyKeyOrgParams{
-			EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, OrganizationID: p.OrganizationID,
-			IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
 		})
-		return keyRow{r.JobQueue, r.SameRequest}, err
-	})
+	}
+	if req.JobID != uuid.Nil {
+		byID = txn.Queue(b, "lock job by chosen id", func(q db.DBTX) (keyRow, error) {
+			r, err := queries.JobLockForEnqueueByID(ctx, q, db.JobLockForEnqueueByIDParams{EnqueueRequest: p.EnqueueRequest, ID: p.ID})
+			return keyRow{r.JobQueue, r.SameRequest}, err
+		})
+	}
 	b.Commit(ctx)
 	if err := b.Send(ctx); err != nil {
 		return EnqueueResult{}, err
 	}
-	if iso != nil {
-		if err := txn.CheckIsolation(iso.Val, keyedOperation, errs.EnqueueUnsupportedIsolation); err != nil {
-			if ins.Row() || lock.Row() {
-				return EnqueueResult{}, errs.Invariant("keyed enqueue statements ran under a refused isolation level")
-			}
-			return EnqueueResult{}, err
-		}
-	}
 	if ins.Row() {
-		if lock.Row() {
+		if byKey != nil && byKey.Row() {
 			return EnqueueResult{}, errs.Invariant("idempotency key lookup ran after an insert that wrote the job")
 		}
 		if ins.Val.ID != p.ID {
@@ -342,12 +396,20 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 		}
 		return EnqueueResult{Job: job, Disposition: runledger.DispositionInserted}, nil
 	}
-	if lock.Row() {
-		existing, err := rows.Job(lock.Val.job)
+	for _, st := range []*txn.Step[keyRow]{byKey, byID} {
+		if st == nil || !st.Row() {
+			continue
+		}
+		existing, err := rows.Job(st.Val.job)
 		if err != nil {
 			return EnqueueResult{}, err
 		}
-		if !lock.Val.same {
+		if !st.Val.same {
+			if st == byID {
+				// The id may belong to another tenant's job: name nothing of it.
+				return EnqueueResult{}, errs.IdempotencyConflict.Newf(
+					"job id %s is held by a job enqueued with a different request", p.ID)
+			}
 			return EnqueueResult{}, errs.IdempotencyConflict.New(
 				fmt.Sprintf("job %s of type %q in scope %s holds idempotency key %q with a different request",
 					existing.ID, req.JobType, req.Scope, req.IdempotencyKey))

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,6 +198,8 @@ func TestEnqueueKeyedTxRefusesRepeatableRead(t *testing.T) {
 		}
 		_, err = jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "k"})
 		testdb.WantCode(t, err, runledger.CodeEnqueueUnsupportedIsolation)
+		_, err = jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email", JobID: uuid.Must(uuid.NewV7())})
+		testdb.WantCode(t, err, runledger.CodeEnqueueUnsupportedIsolation)
 		// Unkeyed is one statement and needs no particular isolation.
 		if _, err := jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email"}); err != nil {
 			t.Fatalf("unkeyed enqueue under %s: %v", iso, err)
@@ -212,6 +215,25 @@ func TestEnqueueKeyedTxRefusesRepeatableRead(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "k"}); err != nil {
 		t.Fatalf("keyed enqueue under READ COMMITTED: %v", err)
+	}
+}
+
+// A read-only caller transaction is refused with the isolation code at
+// once, and is left usable: the refusal ran no statement that could fail.
+func TestEnqueueKeyedTxRefusesReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email", IdempotencyKey: "k"})
+	if e := testdb.WantCode(t, err, runledger.CodeEnqueueUnsupportedIsolation); !strings.Contains(e.Detail, "read-only") {
+		t.Fatalf("detail %q", e.Detail)
+	}
+	if n := testdb.Scalar[int64](t, tx, `SELECT count(*) FROM job_queue`); n != 0 {
+		t.Fatalf("caller's transaction reads %d jobs", n)
 	}
 }
 

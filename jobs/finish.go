@@ -16,6 +16,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 )
 
@@ -107,8 +108,14 @@ func validateProgress(done, total *int64) error {
 // detail names the job's status, run and attempt only when scoped and
 // never the worker holding the job (see the package documentation).
 // Completing twice is a lease mismatch the second time.
+//
+// When the statement was sent and its reply lost (the connection dropped,
+// or ctx ended and the server did not answer the cancel in time), the job
+// may or may not be completed: the error matches
+// runledger.ErrCommitUnconfirmed. Read the job back (Get) to learn which;
+// a blind retry answers a lease mismatch if the first call won.
 func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
-	return validated(ctx, pool, req, complete)
+	return ownedWrite(ctx, pool, "job completion", req, complete)
 }
 
 // CompleteTx is Complete inside the caller's transaction, which it never
@@ -116,13 +123,13 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (run
 // REPEATABLE READ or SERIALIZABLE a job changed by a concurrent committed
 // transaction fails with a Transient serialization error.
 func CompleteTx(ctx context.Context, tx pgx.Tx, req CompleteRequest) (runledger.Job, error) {
-	return validated(ctx, tx, req, complete)
+	return joinedWrite(ctx, tx, "job completion", req, complete)
 }
 
-func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Job, error) {
+func complete(ctx context.Context, s *txn.Session, req CompleteRequest) (runledger.Job, error) {
 	workerID := req.WorkerID
 	scoped, org := scopeParams(req.Scope)
-	row, err := queries.JobComplete(ctx, q, db.JobCompleteParams{
+	p := db.JobCompleteParams{
 		Output:         req.Output,
 		ProgressDone:   req.ProgressDone,
 		ProgressTotal:  req.ProgressTotal,
@@ -132,8 +139,11 @@ func complete(ctx context.Context, q db.DBTX, req CompleteRequest) (runledger.Jo
 		WorkerID:       &workerID,
 		Scoped:         scoped,
 		OrganizationID: org,
+	}
+	row, err := txn.One(ctx, s, "complete job", func(q db.DBTX) (db.JobCompleteRow, error) {
+		return queries.JobComplete(ctx, q, p)
 	})
-	return leaseResult(ctx, q, "complete",
+	return leaseResult(ctx, s.DB(), "complete",
 		heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID},
 		db.JobQueue(row), err)
 }
@@ -213,25 +223,26 @@ func Backoff(attempt int32) time.Duration {
 // cleared, with a RETRY_SCHEDULED event; the next claim starts attempt + 1
 // of the same run. Otherwise it is DEAD_LETTERED (finished) with a
 // DEAD_LETTERED event. Either way the error code and message are stored
-// and the execution resource claim is released.
+// and the execution resource claim is released. A lost reply is
+// runledger.ErrCommitUnconfirmed, as for Complete.
 func Fail(ctx context.Context, pool *pgxpool.Pool, req FailRequest) (runledger.Job, error) {
-	return validated(ctx, pool, req, fail)
+	return ownedWrite(ctx, pool, "job failure", req, fail)
 }
 
 // FailTx is Fail inside the caller's transaction, which it never commits
 // or rolls back; the job stays locked until it ends.
 func FailTx(ctx context.Context, tx pgx.Tx, req FailRequest) (runledger.Job, error) {
-	return validated(ctx, tx, req, fail)
+	return joinedWrite(ctx, tx, "job failure", req, fail)
 }
 
-func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error) {
+func fail(ctx context.Context, s *txn.Session, req FailRequest) (runledger.Job, error) {
 	delay := Backoff(req.Attempt)
 	if req.RetryDelay != nil {
 		delay = *req.RetryDelay
 	}
 	workerID := req.WorkerID
 	scoped, org := scopeParams(req.Scope)
-	row, err := queries.JobFail(ctx, q, db.JobFailParams{
+	p := db.JobFailParams{
 		Terminal:          req.Terminal,
 		RetryDelaySeconds: delay.Seconds(),
 		ErrorCode:         optionalText(req.ErrorCode),
@@ -242,8 +253,11 @@ func fail(ctx context.Context, q db.DBTX, req FailRequest) (runledger.Job, error
 		WorkerID:          &workerID,
 		Scoped:            scoped,
 		OrganizationID:    org,
+	}
+	row, err := txn.One(ctx, s, "fail job", func(q db.DBTX) (db.JobFailRow, error) {
+		return queries.JobFail(ctx, q, p)
 	})
-	return leaseResult(ctx, q, "fail",
+	return leaseResult(ctx, s.DB(), "fail",
 		heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID},
 		db.JobQueue(row), err)
 }

@@ -12,11 +12,13 @@ import (
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
 )
 
 // Get reads one job in the caller's exact scope. A job that does not exist,
 // or exists in another scope, is runledger.CodeJobNotFound. No lock.
 func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (runledger.Job, error) {
+	q = txn.Wrap(q)
 	row, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runledger.Job{}, rows.JobNotFound(id, scope)
@@ -33,6 +35,7 @@ func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (r
 // written by hand) gives an empty, non-nil slice. When the history is empty
 // a second read checks the job. No lock.
 func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) ([]runledger.JobEvent, error) {
+	q = txn.Wrap(q)
 	rs, err := queries.JobEventListForJob(ctx, q, db.JobEventListForJobParams{JobID: id, OrganizationID: scope.OrganizationIDPtr()})
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list job events", err)
@@ -56,6 +59,7 @@ func scopedEvents[R any](ctx context.Context, q Querier, scope runledger.Scope, 
 // job.event_limit_invalid) events, newest first. Scope and empty results
 // behave as in Events. No lock.
 func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, limit int) ([]runledger.JobEvent, error) {
+	q = txn.Wrap(q)
 	if err := validateLimit(limit, errEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
@@ -74,6 +78,7 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 // tenant-facing callers. An event type that is not a job_event_type value
 // is job.event_filter_invalid. No lock.
 func RecentEventsByType(ctx context.Context, q Querier, eventType runledger.JobEventType, since time.Time, limit int) ([]runledger.JobEvent, error) {
+	q = txn.Wrap(q)
 	if _, err := rows.ParseEventType(string(eventType)); err != nil {
 		return nil, invalid(errEventFilterInvalid, "event type %q is not a job event type", eventType)
 	}
@@ -149,6 +154,7 @@ func validateStatusFilter(status *runledger.JobStatus, before *Cursor) error {
 // shift a page), or, with a Status, the newest Limit jobs in that status.
 // No lock; each page is its own snapshot.
 func List(ctx context.Context, q Querier, req ListRequest) (Page, error) {
+	q = txn.Wrap(q)
 	if err := req.Validate(); err != nil {
 		return Page{}, err
 	}
@@ -213,6 +219,7 @@ func (r ListAllRequest) Validate() error {
 // with JobType and Status the newest Limit jobs of that type in that
 // status. An operator read: it ignores tenancy. No lock.
 func ListAll(ctx context.Context, q Querier, req ListAllRequest) (Page, error) {
+	q = txn.Wrap(q)
 	if err := req.Validate(); err != nil {
 		return Page{}, err
 	}

@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 )
 
@@ -102,11 +106,38 @@ func invalid(kind errs.Kind, format string, args ...any) error {
 // before any database work, so an invalid request fails the same way on a
 // closed pool.
 func validated[R interface{ Validate() error }, T any](ctx context.Context, q db.DBTX, req R, op func(context.Context, db.DBTX, R) (T, error)) (T, error) {
+	q = txn.Wrap(q)
 	if err := req.Validate(); err != nil {
 		var zero T
 		return zero, err
 	}
 	return op(ctx, q, req)
+}
+
+// ownedWrite validates req, then runs op on a session of its own on pool,
+// named name in error details. op's statements run with txn.One, each
+// committing on its own: a reply lost after a write was sent is an error
+// matching runledger.ErrCommitUnconfirmed.
+func ownedWrite[R interface{ Validate() error }, T any](ctx context.Context, pool *pgxpool.Pool, name string, req R, op func(context.Context, *txn.Session, R) (T, error)) (T, error) {
+	var zero T
+	if err := req.Validate(); err != nil {
+		return zero, err
+	}
+	s, err := txn.Own(ctx, pool, name)
+	if err != nil {
+		return zero, err
+	}
+	defer s.End(ctx)
+	return op(ctx, s, req)
+}
+
+// joinedWrite validates req, then runs op in the caller's transaction.
+func joinedWrite[R interface{ Validate() error }, T any](ctx context.Context, tx pgx.Tx, name string, req R, op func(context.Context, *txn.Session, R) (T, error)) (T, error) {
+	if err := req.Validate(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return op(ctx, txn.Join(tx, name), req)
 }
 
 // validateJobType checks a job type, or a job type filter: non-blank after

@@ -22,15 +22,17 @@ type WorkflowStepRequest struct {
 	WorkflowType string
 	// StepKey names the step within its run.
 	StepKey string
-	// Job is the step's job; it must be unkeyed. The run belongs to the
-	// job's scope.
+	// Job is the step's job; it must be unkeyed, without a chosen JobID
+	// (the transaction is the unit a retry repeats). The run belongs to
+	// the job's scope.
 	Job EnqueueRequest
 }
 
 // Validate checks the request without touching the database: workflow
 // type (job.workflow_type_invalid) and step key
 // (job.workflow_step_key_invalid) non-blank and clean, the job unkeyed
-// (job.workflow_step_job_keyed) and valid (EnqueueRequest.Validate).
+// and without a chosen id (job.workflow_step_job_keyed) and valid
+// (EnqueueRequest.Validate).
 func (r WorkflowStepRequest) Validate() error {
 	if validate.Text(r.WorkflowType, 0) != validate.OK {
 		return invalid(errWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
@@ -38,8 +40,8 @@ func (r WorkflowStepRequest) Validate() error {
 	if validate.Text(r.StepKey, 0) != validate.OK {
 		return invalid(errWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
 	}
-	if r.Job.IdempotencyKey != "" {
-		return invalid(errWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed")
+	if r.Job.IdempotencyKey != "" || r.Job.JobID != uuid.Nil {
+		return invalid(errWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed, with a fresh id")
 	}
 	return r.Job.Validate()
 }
@@ -80,7 +82,7 @@ func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepReques
 	if err != nil {
 		return WorkflowStepJob{}, err
 	}
-	enq, err := enqueueUnkeyed(ctx, tx, params)
+	enq, err := insertUnkeyed(ctx, tx, params)
 	if err != nil {
 		return WorkflowStepJob{}, err
 	}
@@ -113,6 +115,7 @@ func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepReques
 // nil when no step owns it (a direct job, or no such job). It is not
 // scoped: authorize the job first (Get). No lock.
 func WorkflowStepFor(ctx context.Context, q Querier, jobID uuid.UUID) (*uuid.UUID, error) {
+	q = txn.Wrap(q)
 	step, err := queries.WorkflowStepGetForJob(ctx, q, &jobID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil

@@ -3,17 +3,18 @@
 -- definition change waits. NULL settings take the definition's defaults; a
 -- NULL next_run_at means now() (stage queued; a future time: scheduled).
 -- A keyed job (idempotency_key and enqueue_request set) whose type, scope
--- and key are taken inserts nothing (ON CONFLICT DO NOTHING, after waiting
--- for an uncommitted competitor); a keyed insert runs only under READ
--- COMMITTED, else it reads and writes nothing and the caller refuses. No
--- row, and nothing written, when the definition is missing or disabled or
--- the key is taken.
+-- and key are taken, or a job whose id is taken (a caller-chosen id, with
+-- enqueue_request set), inserts nothing (ON CONFLICT DO NOTHING, after
+-- waiting for an uncommitted competitor); an idempotent insert (one with
+-- enqueue_request) runs only under READ COMMITTED, else it reads and
+-- writes nothing and the caller refuses. No row, and nothing written,
+-- when the definition is missing or disabled or the key or id is taken.
 -- name: JobEnqueue :one
 WITH definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = @job_type AND job_definitions.is_enabled
-      AND (sqlc.narg(idempotency_key)::text IS NULL
+      AND (sqlc.narg(enqueue_request)::jsonb IS NULL
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE
 ),
@@ -76,6 +77,21 @@ WHERE job_queue.job_type = @job_type
   AND job_queue.organization_id = @organization_id
   AND job_queue.idempotency_key = @idempotency_key
   AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = @inserted_id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE;
+
+-- JobLockForEnqueueByID finds the job holding a caller-chosen id and
+-- locks it FOR NO KEY UPDATE, as JobLockByIdempotencyKeyGlobal does for a
+-- key, with same_request telling whether its stored request snapshot
+-- equals the given one. It follows JobEnqueue in the same pipeline; when
+-- that insert wrote the job, it finds the new row, which the caller
+-- ignores. Only under READ COMMITTED; otherwise it reads and locks
+-- nothing.
+-- name: JobLockForEnqueueByID :one
+SELECT sqlc.embed(job_queue),
+       (enqueue_request IS NOT DISTINCT FROM @enqueue_request::jsonb)::bool AS same_request
+FROM job_queue
+WHERE job_queue.id = @id
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE;
 

@@ -17,9 +17,14 @@ COMMIT;
 -- name: TransactionRollback :exec
 ROLLBACK;
 
--- TransactionGetIsolation reports the isolation level of the current
--- transaction ("read committed", "repeatable read", ...). Callers that
--- join a caller's transaction use it to refuse levels their locking
--- protocol is not correct under.
--- name: TransactionGetIsolation :one
-SELECT current_setting('transaction_isolation')::text AS isolation;
+-- TransactionShowIsolation reports the isolation level of the current
+-- transaction with SHOW, which (unlike a SELECT) takes no snapshot: a
+-- caller's SERIALIZABLE READ ONLY DEFERRABLE transaction does not wait for
+-- a safe snapshot to be refused.
+-- name: TransactionShowIsolation :one
+SHOW transaction_isolation;
+
+-- TransactionShowReadOnly reports, with SHOW (no snapshot), whether the
+-- current transaction is read-only ("on" or "off").
+-- name: TransactionShowReadOnly :one
+SHOW transaction_read_only;

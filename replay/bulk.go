@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 )
 
@@ -298,6 +299,7 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest, onChunk func
 // jobs it matches (at most Limit), counted on q (a pool, connection or
 // transaction) without a lock. It validates the request first.
 func BulkCount(ctx context.Context, q db.DBTX, req BulkRequest) (int, error) {
+	q = txn.Wrap(q)
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}

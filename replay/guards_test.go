@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
@@ -190,67 +189,5 @@ func TestLockWaitCancelIsTheServersAnswer(t *testing.T) {
 	_ = holder.Rollback(ctx)
 	if n := testdb.Count(t, pool, "job_replays") + testdb.Count(t, pool, "job_events"); n != 0 {
 		t.Fatal("a canceled replay wrote lineage or events")
-	}
-}
-
-// Every pgx exec mode works, simple protocol and the PgBouncer-friendly
-// ones included: each outcome, pool-owned and in a caller's transaction.
-func TestEveryExecMode(t *testing.T) {
-	t.Parallel()
-	modes := []pgx.QueryExecMode{
-		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
-		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
-	}
-	url := testdb.NewURL(t)
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			ctx := testdb.Context(t)
-			cfg, err := pgxpool.ParseConfig(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			cfg.MaxConns = 2
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			org := runledger.Organization(uuid.New())
-			for _, owned := range []bool{true, false} {
-				do := func(req replay.Request) (replay.Outcome, error) {
-					if owned {
-						return replay.SucceededJob(ctx, pool, req)
-					}
-					var out replay.Outcome
-					err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-						var err error
-						out, err = replay.SucceededJobTx(ctx, tx, req)
-						return err
-					})
-					return out, err
-				}
-				src := testdb.Seed(t, pool, testdb.Succeeded(org))
-				req := replay.Request{Scope: org, SourceJobID: src, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
-				first := testdb.MustReplayed(t)(do(req))
-				again := testdb.MustReplayed(t)(do(req))
-				if first.Disposition != runledger.DispositionInserted || again.Disposition != runledger.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
-					t.Fatalf("owned=%v: %+v then %+v", owned, first, again)
-				}
-				if _, err := do(replay.Request{Scope: org, SourceJobID: src, ExpectedRunNumber: 1, Key: "k", Reason: "other"}); !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
-					t.Fatalf("owned=%v: conflict: %v", owned, err)
-				}
-				if out, err := do(replay.Request{Scope: org, SourceJobID: src, ExpectedRunNumber: 2, Key: "k2", Reason: "r"}); err != nil {
-					t.Fatalf("owned=%v: mismatch: %v", owned, err)
-				} else if m, ok := out.(replay.ExpectationMismatch); !ok || m.Actual.ID != src {
-					t.Fatalf("owned=%v: mismatch: %T %+v", owned, out, out)
-				}
-				if out, err := do(replay.Request{Scope: runledger.Global(), SourceJobID: src, ExpectedRunNumber: 1, Key: "k3", Reason: "r"}); err != nil {
-					t.Fatalf("owned=%v: other scope: %v", owned, err)
-				} else if _, ok := out.(replay.NotFound); !ok {
-					t.Fatalf("owned=%v: other scope: %T", owned, out)
-				}
-			}
-		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
 )
 
 // Lineage reads. Both take any db.DBTX (a pool, a connection or a
@@ -22,6 +23,7 @@ import (
 // an empty, non-nil slice (a second read then checks that the source
 // exists in scope).
 func List(ctx context.Context, q db.DBTX, scope runledger.Scope, sourceID uuid.UUID) ([]runledger.ReplayLineage, error) {
+	q = txn.Wrap(q)
 	rs, err := queries.JobReplayListForSource(ctx, q, db.JobReplayListForSourceParams{
 		SourceJobID: sourceID, OrganizationID: scope.OrganizationIDPtr(),
 	})
@@ -50,6 +52,7 @@ func List(ctx context.Context, q db.DBTX, scope runledger.Scope, sourceID uuid.U
 // ReplayStatus and ReplayRunNumber are left nil: read the job itself for
 // its state.
 func Origin(ctx context.Context, q db.DBTX, scope runledger.Scope, replayID uuid.UUID) (*runledger.ReplayLineage, error) {
+	q = txn.Wrap(q)
 	r, err := queries.JobReplayGetForReplayJob(ctx, q, db.JobReplayGetForReplayJobParams{
 		ReplayJobID: replayID, OrganizationID: scope.OrganizationIDPtr(),
 	})

@@ -1,9 +1,11 @@
 package replay_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -94,6 +96,50 @@ func TestCallerTransactionMustBeReadCommitted(t *testing.T) {
 		}
 		if _, err := replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}); err != nil {
 			t.Fatalf("%s refused: %v", level, err)
+		}
+		_ = tx.Rollback(ctx)
+	}
+}
+
+// A read-only caller transaction is refused with the isolation code
+// before any statement takes a snapshot or a lock: at once, the caller's
+// transaction left usable (not aborted), and a SERIALIZABLE READ ONLY
+// DEFERRABLE one is refused without first waiting for a safe snapshot,
+// which a concurrent serializable writer holds back.
+func TestCallerTransactionMustBeReadWrite(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	pool := testdb.New(t)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	// A serializable writer that has taken its snapshot and written: a
+	// DEFERRABLE reader's first snapshot waits until it ends.
+	writer, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(ctx) }()
+	testdb.Exec(t, writer, `UPDATE job_definitions SET version = version WHERE job_type = 'email'`)
+
+	for _, opts := range []pgx.TxOptions{
+		{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly},
+		{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable},
+	} {
+		tx, err := pool.BeginTx(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = replay.SucceededJobTx(callCtx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
+		cancel()
+		e := testdb.WantCode(t, err, runledger.CodeReplayUnsupportedIsolation)
+		if e.Category != runledger.CategoryValidation || !strings.Contains(e.Detail, "read-only") {
+			t.Fatalf("%+v: %+v", opts, e)
+		}
+		if opts.DeferrableMode != pgx.Deferrable {
+			// Not aborted: the caller's transaction goes on.
+			if n := testdb.Scalar[int64](t, tx, `SELECT count(*) FROM job_queue`); n != 1 {
+				t.Fatalf("caller's transaction reads %d jobs", n)
+			}
 		}
 		_ = tx.Rollback(ctx)
 	}

@@ -116,12 +116,18 @@ func Translate(ctx context.Context, op string, err error) error {
 	return out
 }
 
-// CommitUnconfirmed wraps a failed COMMIT: the transaction may or may not
-// have committed. It matches runledger.ErrCommitUnconfirmed and keeps the
-// cause (and its SQLSTATE) for logs.
-func CommitUnconfirmed(op string, err error) error {
-	out := errs.CommitUnconfirmed.New(fmt.Sprintf("%s: %v", op, err))
-	out.Err = err
+// CommitUnconfirmed wraps a failed COMMIT, or a write whose reply was
+// lost: it may or may not have committed. It matches
+// runledger.ErrCommitUnconfirmed and keeps the cause (and its SQLSTATE)
+// for logs; when ctx has ended, the cause wraps ctx's error too, so that
+// errors.Is(err, context.DeadlineExceeded) holds.
+func CommitUnconfirmed(ctx context.Context, op string, err error) error {
+	cause := err
+	if ctxErr := contextError(ctx, err); ctxErr != nil {
+		cause = joinCause(ctxErr, err)
+	}
+	out := errs.CommitUnconfirmed.New(fmt.Sprintf("%s: %v", op, cause))
+	out.Err = cause
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		out.SQLState = pgErr.Code

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -33,6 +35,9 @@ type Batch struct {
 	steps  []*stepInfo
 	begin  *Step[struct{}]
 	commit *Step[pgconn.CommandTag]
+	// autocommit: the batch runs outside a transaction on an owned
+	// session, so each statement commits on its own.
+	autocommit bool
 }
 
 // segment is the statements queued after a Point (or from the start).
@@ -46,8 +51,11 @@ type segment struct {
 
 type stepInfo struct {
 	what string
+	sql  string
 	err  *error
 }
+
+func (st *stepInfo) reached() bool { return *st.err != errNotReached }
 
 // Batch starts the next round trip. In an owned session the first batch
 // begins with BEGIN ISOLATION LEVEL READ COMMITTED.
@@ -61,6 +69,18 @@ func (s *Session) Batch(ctx context.Context) *Batch {
 		b.Point(FailpointAfterBegin, FailpointCall{Op: s.op})
 	}
 	return b
+}
+
+// AutocommitBatch starts a round trip of an owned session that runs
+// outside any transaction: each statement commits as it ends, so a batch
+// that was sent and got no answer may have written (Send then returns an
+// error matching runledger.ErrCommitUnconfirmed). Queue writes that are
+// one statement each, and no Commit. In a joined session it is Batch.
+func (s *Session) AutocommitBatch(ctx context.Context) *Batch {
+	if !s.Owned() || s.open {
+		return s.Batch(ctx)
+	}
+	return &Batch{s: s, segs: []*segment{{}}, autocommit: true}
 }
 
 // Commit ends an owned session's batch with COMMIT (after the statements
@@ -109,8 +129,47 @@ func Queue[T any](b *Batch, what string, run func(db.DBTX) (T, error)) *Step[T] 
 		}
 		return nil
 	}
-	b.steps = append(b.steps, &stepInfo{what: what, err: &st.Err})
+	b.steps = append(b.steps, &stepInfo{what: what, sql: qq.SQL, err: &st.Err})
 	return st
+}
+
+// QueueShow adds a SHOW statement (a generated method that sqlc gives no
+// result column, since it cannot type SHOW) and returns where the
+// setting's value, as text, will be.
+func QueueShow(b *Batch, what string, run func(db.DBTX) error) *Step[string] {
+	seg := &b.segs[len(b.segs)-1].b
+	_ = run(recorder{seg})
+	st := &Step[string]{Err: errNotReached}
+	qq := seg.QueuedQueries[len(seg.QueuedQueries)-1]
+	qq.Fn = func(br pgx.BatchResults) error {
+		st.Val, st.Err = showValue(br)
+		return st.Err
+	}
+	b.steps = append(b.steps, &stepInfo{what: what, sql: qq.SQL, err: &st.Err})
+	return st
+}
+
+// showValue reads the one text value a SHOW returns.
+func showValue(br pgx.BatchResults) (string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var v string
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		return "", errors.New("txn: SHOW returned no row")
+	}
+	raw := rows.RawValues()
+	if len(raw) != 1 {
+		return "", fmt.Errorf("txn: SHOW returned %d columns", len(raw))
+	}
+	v = string(raw[0])
+	rows.Close()
+	return v, rows.Err()
 }
 
 // Point marks the failpoint name (with arg) between the statements queued
@@ -138,21 +197,37 @@ func (b *Batch) PointIf(name string, arg any, when func() bool) {
 //     cancel the running statement (one waiting on a lock answers 57014)
 //     and the batch is read to its end, so the outcome is known: a
 //     transient error wrapping ctx's error unless COMMIT succeeded first,
-//     in which case the batch succeeded;
+//     in which case the batch succeeded. When the server does not answer
+//     within Grace (a stalled network) the connection is given up and the
+//     error, commit-unconfirmed for a batch carrying COMMIT, still wraps
+//     ctx's error;
+//   - a batch pgx could not build (an argument it cannot encode): nothing
+//     was sent, db.query_failed naming the batch;
 //   - anything else (the connection lost): transient.
 //
-// An owned session's failed transaction is rolled back by End.
+// An owned session's failed transaction is rolled back by End. In a
+// joined session whose cancel request the server did not confirm within
+// Grace, the caller's connection is closed: a late cancel must not reach
+// the caller's next statement, and its transaction is lost anyway.
 func (b *Batch) Send(ctx context.Context) error {
 	s := b.s
 	if err := ctx.Err(); err != nil {
 		// Nothing is sent.
-		return dberr.Translate(ctx, b.steps[0].what, err)
+		return dberr.Translate(ctx, "send "+s.op+" statements", err)
 	}
-	batchErr, canceled := b.send(ctx)
-	if canceled {
+	r := b.send(ctx)
+	if r.canceled {
 		s.discard = true
 	}
-	i, err := b.firstError(batchErr)
+	if s.graceUntil.IsZero() && !r.graceUntil.IsZero() {
+		s.graceUntil = r.graceUntil
+	}
+	if r.unconfirmed && !s.Owned() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout(ctx))
+		_ = s.conn.Conn().Close(cctx)
+		cancel()
+	}
+	i, err := b.firstError(r.err)
 	if i < 0 && b.commit != nil && b.commit.Val.String() != "COMMIT" {
 		i, err = len(b.steps)-1, fmt.Errorf("COMMIT answered %q: the transaction had failed", b.commit.Val.String())
 	}
@@ -164,15 +239,28 @@ func (b *Batch) Send(ctx context.Context) error {
 	}
 	what := b.steps[i].what
 	switch {
+	case b.unsent(err):
+		// pgx failed before any statement ran: it could not encode an
+		// argument (db.query_failed), or the connection failed while it
+		// prepared the statements (transient: nothing was written).
+		if b.begin != nil {
+			s.open = false
+		}
+		s.discard = s.discard || netFailure(err)
+		return dberr.Translate(ctx, b.unsentWhat(err), clientError{err})
 	case b.commit != nil && i == len(b.steps)-1:
 		s.discard = s.discard || !serverReported(err)
-		return dberr.CommitUnconfirmed(what, err)
+		return dberr.CommitUnconfirmed(ctx, what, err)
 	case serverReported(err):
 		return dberr.Translate(ctx, what, err)
+	case b.autocommit && !pgconn.SafeToRetry(err):
+		// Sent, and no answer: the statement may have run and committed.
+		s.discard = true
+		return dberr.CommitUnconfirmed(ctx, what, err)
 	case b.commit != nil && !pgconn.SafeToRetry(err):
 		// Sent, and no answer: COMMIT may have run.
 		s.discard = true
-		return dberr.CommitUnconfirmed(b.steps[len(b.steps)-1].what, err)
+		return dberr.CommitUnconfirmed(ctx, b.steps[len(b.steps)-1].what, err)
 	default:
 		// Nothing sent (a context that ended between two parts) leaves the
 		// connection sound: End rolls back. Anything else, it is given up.
@@ -181,12 +269,70 @@ func (b *Batch) Send(ctx context.Context) error {
 	}
 }
 
+// unsent reports a batch that failed before any of its statements ran:
+// pgx reported a preprocessing error, or no statement reached with the
+// connection intact and an error neither the server's nor the network's.
+func (b *Batch) unsent(err error) bool {
+	if b.steps[0].reached() || serverReported(err) {
+		return false
+	}
+	var pre pgx.ErrPreprocessingBatch
+	if errors.As(err, &pre) {
+		// Only a statement's Parse and Describe may have been sent (pgx
+		// may close the connection after); nothing ran.
+		return true
+	}
+	if b.s.conn.Conn().PgConn().IsClosed() {
+		return false
+	}
+	return !netFailure(err) && !pgconn.Timeout(err) && !errors.Is(err, notSentError)
+}
+
+// netFailure reports an error of the connection itself: the network, a
+// deadline, the stream ending.
+func netFailure(err error) bool {
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+// unsentWhat names what failed in a batch none of whose statements ran:
+// the connection, while pgx prepared the statements; else the statement
+// pgx could not encode, or the batch.
+func (b *Batch) unsentWhat(err error) string {
+	if netFailure(err) {
+		return "prepare the statements of " + b.s.op + " (none ran)"
+	}
+	var pre pgx.ErrPreprocessingBatch
+	if errors.As(err, &pre) {
+		for _, st := range b.steps {
+			if st.sql == pre.SQL() {
+				return "encode the arguments of " + st.what + " (nothing was sent)"
+			}
+		}
+	}
+	return "encode the statements of " + b.s.op + " (nothing was sent)"
+}
+
+// clientError marks a failure pgx reported before sending anything.
+type clientError struct{ error }
+
+func (e clientError) Unwrap() error { return e.error }
+
+// sendResult is what sending a batch came to: the error that ended it,
+// whether a cancel request was sent, and whether one was sent that the
+// server did not confirm (or the connection was given up for want of an
+// answer), so a late cancel may still reach the connection.
+type sendResult struct {
+	err                   error
+	canceled, unconfirmed bool
+	graceUntil            time.Time
+}
+
 // send sends the batch and reads it to its end. ctx's values reach pgx
 // (tracers) but its end does not: when ctx ends mid-batch a cancel request
-// goes to the server (again every RollbackTimeout, up to cancelAttempts
-// times), whose answer ends the batch; with no answer the connection is
-// abandoned. canceled reports that a cancel request was sent.
-func (b *Batch) send(ctx context.Context) (err error, canceled bool) {
+// goes to the server, again every cancelResend within Grace, whose answer
+// ends the batch; with no answer within Grace the connection is given up.
+func (b *Batch) send(ctx context.Context) sendResult {
 	parts := []*pgx.Batch{&b.segs[0].b}
 	points := []*segment{nil}
 	for _, seg := range b.segs[1:] {
@@ -197,6 +343,7 @@ func (b *Batch) send(ctx context.Context) (err error, canceled bool) {
 		last := parts[len(parts)-1]
 		last.QueuedQueries = append(last.QueuedQueries, seg.b.QueuedQueries...)
 	}
+	var r sendResult
 	for i, part := range parts {
 		if p := points[i]; p != nil && (p.when == nil || p.when()) {
 			failpoint.Inject(ctx, p.point, p.arg)
@@ -207,19 +354,24 @@ func (b *Batch) send(ctx context.Context) (err error, canceled bool) {
 		if i > 0 && ctx.Err() != nil {
 			// A hook let ctx end between two parts: send no more, as a
 			// batch ctx ended before would not have been sent.
-			return notSent{ctx.Err()}, canceled
+			r.err = notSent{ctx.Err()}
+			return r
 		}
-		var c bool
-		err, c = b.sendPart(ctx, part)
-		canceled = canceled || c
-		if err != nil {
-			return err, canceled
+		pr := b.sendPart(ctx, part)
+		r.canceled = r.canceled || pr.canceled
+		r.unconfirmed = r.unconfirmed || pr.unconfirmed
+		if !pr.graceUntil.IsZero() {
+			r.graceUntil = pr.graceUntil
+		}
+		if pr.err != nil {
+			r.err = pr.err
+			return r
 		}
 		if i < len(parts)-1 && b.stopped() {
-			return nil, canceled
+			return r
 		}
 	}
-	return nil, canceled
+	return r
 }
 
 // stopped reports whether a statement already sent failed, so that the
@@ -234,12 +386,13 @@ func (b *Batch) stopped() bool {
 }
 
 // sendPart sends one pgx batch; see send.
-func (b *Batch) sendPart(ctx context.Context, part *pgx.Batch) (err error, canceled bool) {
+func (b *Batch) sendPart(ctx context.Context, part *pgx.Batch) sendResult {
 	if ctx.Done() == nil {
-		return b.s.conn.SendBatch(ctx, part).Close(), false
+		return sendResult{err: b.s.conn.SendBatch(ctx, part).Close()}
 	}
 	pc := b.s.conn.Conn().PgConn()
 	stop := make(chan struct{})
+	var r sendResult
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -249,31 +402,47 @@ func (b *Batch) sendPart(ctx context.Context, part *pgx.Batch) (err error, cance
 			return
 		case <-ctx.Done():
 		}
-		canceled = true
+		r.canceled = true
 		// A cancel request is a connection of its own to the server; on a
 		// loaded server one can be lost or land before the statement it
-		// targets, so it is sent again until the pipeline ends.
-		for range cancelAttempts {
-			cctx, cancel := context.WithTimeout(context.Background(), RollbackTimeout)
-			_ = pc.CancelRequest(cctx)
+		// targets, so it is sent again until the pipeline ends, within
+		// Grace. Each waits for the server to confirm it.
+		deadline := time.Now().Add(Grace)
+		r.graceUntil = deadline
+		for {
+			cctx, cancel := context.WithDeadline(context.Background(), deadline)
+			if err := pc.CancelRequest(cctx); err != nil {
+				r.unconfirmed = true
+			}
 			cancel()
+			wait := time.Until(deadline)
+			if wait <= 0 {
+				break
+			}
 			select {
 			case <-stop:
 				return
-			case <-time.After(RollbackTimeout):
+			case <-time.After(min(cancelResend, wait)):
+			}
+			if !time.Now().Before(deadline) {
+				break
 			}
 		}
-		_ = pc.Conn().SetDeadline(time.Now()) // no answer: give the connection up
+		// No answer within Grace: give the connection up, which ends the
+		// read below.
+		r.unconfirmed = true
+		_ = pc.Conn().SetDeadline(time.Now())
 	}()
-	err = b.s.conn.SendBatch(context.WithoutCancel(ctx), part).Close()
+	err := b.s.conn.SendBatch(context.WithoutCancel(ctx), part).Close()
 	close(stop)
 	wg.Wait()
-	return err, canceled
+	r.err = err
+	return r
 }
 
-// cancelAttempts bounds the cancel requests sent for one pipeline: each
-// waits up to RollbackTimeout for the server's answer.
-const cancelAttempts = 3
+// cancelResend is how long a cancel request is given to take effect before
+// it is sent again.
+const cancelResend = 250 * time.Millisecond
 
 // firstError returns the index and error of the statement that ended the
 // batch, or -1 when none did.
@@ -297,6 +466,11 @@ func (b *Batch) firstError(batchErr error) (int, error) {
 
 // notSent is the failure of a part of a batch that was never sent.
 type notSent struct{ error }
+
+// notSentError is matched by every notSent.
+var notSentError = errors.New("txn: batch part not sent")
+
+func (e notSent) Is(target error) bool { return target == notSentError }
 
 func (e notSent) Unwrap() error     { return e.error }
 func (e notSent) SafeToRetry() bool { return true }

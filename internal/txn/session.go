@@ -39,6 +39,19 @@ type Session struct {
 	// discard: the connection may carry a stray cancel request or an
 	// unknown state; an owned session closes it instead of reusing it.
 	discard bool
+	// graceUntil: once the caller's context ended mid-batch, the end of
+	// the Grace that the cancel and the cleanup after it share.
+	graceUntil time.Time
+}
+
+// cleanupTimeout is how long End may take: what is left of the Grace
+// that began when ctx ended during a batch, a whole Grace when ctx ended
+// otherwise, and RollbackTimeout while ctx is live.
+func (s *Session) cleanupTimeout(ctx context.Context) time.Duration {
+	if !s.graceUntil.IsZero() {
+		return max(time.Until(s.graceUntil), 10*time.Millisecond)
+	}
+	return cleanupTimeout(ctx)
 }
 
 // Own acquires a connection from pool for an operation named op (in error
@@ -70,9 +83,10 @@ func (s *Session) DB() db.DBTX { return uuidConn{s.conn} }
 
 // End finishes an owned session: a transaction that did not commit is
 // rolled back (with a context that survives the caller's cancellation,
-// bounded by RollbackTimeout) and the connection goes back to the pool, or
-// is closed when its state is unknown. A joined session has nothing to
-// end. End may be called more than once.
+// bounded by RollbackTimeout, or by Grace once ctx has ended) and the
+// connection goes back to the pool, or is closed when its state is
+// unknown. A joined session has nothing to end. End may be called more
+// than once.
 func (s *Session) End(ctx context.Context) {
 	if s.pooled == nil {
 		return
@@ -80,21 +94,26 @@ func (s *Session) End(ctx context.Context) {
 	c := s.pooled
 	s.pooled = nil
 	pc := c.Conn().PgConn()
+	timeout := s.cleanupTimeout(ctx)
 	switch {
 	case pc.IsClosed():
-		// pgx closed it mid-statement; its cleanup sends the server a
-		// cancel request. Wait for it so the server is already aborting.
+		// pgx closed it mid-statement; wait (briefly) for its cleanup so
+		// that the server has seen the connection go.
 		select {
 		case <-pc.CleanupDone():
-		case <-time.After(RollbackTimeout):
+		case <-time.After(timeout):
 		}
 	case s.discard:
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		_ = c.Conn().Close(cctx) // the server rolls back what is open
 		cancel()
 	case s.open && pc.TxStatus() != 'I' && !pc.IsBusy():
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
-		_ = queries.TransactionRollback(rctx, c)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		if err := queries.TransactionRollback(rctx, c); err != nil {
+			// A rollback that failed leaves the connection's state
+			// unknown: close it rather than reuse it.
+			_ = c.Conn().Close(rctx)
+		}
 		cancel()
 	}
 	// The pool destroys a connection that is closed, busy or still in a

@@ -40,9 +40,26 @@ type FailpointCall struct {
 	Op string
 }
 
-// RollbackTimeout bounds the rollback of a failed owned transaction; it runs
-// even when the caller's context is already done.
+// RollbackTimeout bounds the rollback of a failed owned transaction while
+// the caller's context is live.
 const RollbackTimeout = 5 * time.Second
+
+// Grace bounds the work the engine still does once the caller's context
+// has ended: the cancel requests and the wait for the server's answer to
+// them, then the rollback, release or close of the connection. A server
+// that does not answer within it (a stalled network) costs the caller at
+// most about this much past its deadline; the connection is then given
+// up.
+const Grace = time.Second
+
+// cleanupTimeout is how long cleanup after an operation may take: Grace
+// once ctx has ended, else RollbackTimeout.
+func cleanupTimeout(ctx context.Context) time.Duration {
+	if ctx.Err() != nil {
+		return Grace
+	}
+	return RollbackTimeout
+}
 
 // ReadCommitted runs fn in a new READ COMMITTED transaction of an owned
 // Session, for operations whose statements depend on each other's results
@@ -72,23 +89,71 @@ func ReadCommitted[T any](ctx context.Context, pool *pgxpool.Pool, op string, fn
 	return out, nil
 }
 
+// One runs a single statement (a generated method called on the DBTX it
+// is given) in a round trip of its own on s: in an owned session outside a
+// transaction it commits on its own (Session.AutocommitBatch), so a reply
+// lost after it was sent is an error matching
+// runledger.ErrCommitUnconfirmed. It returns the statement's value,
+// pgx.ErrNoRows for a :one statement without a row, or the batch's error.
+func One[T any](ctx context.Context, s *Session, what string, run func(q db.DBTX) (T, error)) (T, error) {
+	b := s.AutocommitBatch(ctx)
+	st := Queue(b, what, run)
+	if err := b.Send(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
+	return st.Val, st.Err
+}
+
 // Rollback rolls tx back with a context that survives the caller's
-// cancellation, bounded by RollbackTimeout. When the connection is already
+// cancellation, bounded by RollbackTimeout (Grace once ctx has ended).
+// When the connection is already
 // closed (pgx closes it when a context ends mid-statement) there is nothing
 // to roll back; it first waits for pgx's cleanup, which sends the server a
 // cancel request, so the server-side transaction is already being aborted
 // when Rollback returns. Either way tx.Rollback runs, which returns a pooled
 // connection to its pool.
 func Rollback(ctx context.Context, tx pgx.Tx) {
+	timeout := cleanupTimeout(ctx)
 	if conn := tx.Conn(); conn != nil && conn.IsClosed() {
 		select {
 		case <-conn.PgConn().CleanupDone():
-		case <-time.After(RollbackTimeout):
+		case <-time.After(timeout):
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	_ = tx.Rollback(rctx)
+}
+
+// CheckCallerTx refuses a joined session's transaction unless it is READ
+// COMMITTED and read-write, with a copy of refusal whose detail names what
+// and the transaction's mode. It asks in a round trip of its own, with
+// SHOW, which takes no snapshot and no lock: a refused transaction is
+// refused at once (a SERIALIZABLE READ ONLY DEFERRABLE one does not first
+// wait for a safe snapshot) and is left as it was, not aborted. An owned
+// session's transaction is READ COMMITTED by construction: nil, no round
+// trip.
+func CheckCallerTx(ctx context.Context, s *Session, what string, refusal errs.Kind) error {
+	if s.Owned() {
+		return nil
+	}
+	b := s.Batch(ctx)
+	iso := QueueShow(b, "inspect transaction isolation", func(q db.DBTX) error {
+		_, err := queries.TransactionShowIsolation(ctx, q)
+		return err
+	})
+	ro := QueueShow(b, "inspect transaction access mode", func(q db.DBTX) error {
+		_, err := queries.TransactionShowReadOnly(ctx, q)
+		return err
+	})
+	if err := b.Send(ctx); err != nil {
+		return err
+	}
+	if ro.Val == "on" {
+		return refusal.Newf("%s requires a read-write READ COMMITTED transaction; got a read-only %s one", what, iso.Val)
+	}
+	return CheckIsolation(iso.Val, what, refusal)
 }
 
 // IsReadCommitted reports whether a transaction isolation level, as

@@ -14,14 +14,16 @@ import (
 // The generated statements take and return github.com/google/uuid values,
 // which pgx handles only as driver.Valuer and sql.Scanner: through their
 // text form, after a failed binary attempt that formats an error (a large
-// share of the client's CPU per replay). uuidArgs and uuidRow hand pgx
-// pgtype.UUID values instead, which it encodes and decodes in binary: the
-// same bytes on the wire, cheaper. The caller's connection and type map
-// are untouched.
+// share of the client's CPU per replay), and a []uuid.UUID not at all
+// when the exec mode gives pgx no parameter types (QueryExecModeExec, the
+// simple protocol). uuidArgs and uuidRow hand pgx pgtype.UUID values
+// instead, which it encodes and decodes in binary or text as the mode
+// needs: the same values on the wire, cheaper. The caller's connection and
+// type map are untouched.
 
-// uuidArgs returns args with every uuid.UUID and *uuid.UUID replaced by
-// an equivalent pgtype.UUID (a nil pointer by a NULL one). args is
-// modified in place and returned.
+// uuidArgs returns args with every uuid.UUID, *uuid.UUID and []uuid.UUID
+// replaced by the equivalent pgtype.UUID or []pgtype.UUID (a nil pointer
+// or slice by NULL). args is modified in place and returned.
 func uuidArgs(args []any) []any {
 	for i, a := range args {
 		switch v := a.(type) {
@@ -33,6 +35,16 @@ func uuidArgs(args []any) []any {
 			} else {
 				args[i] = pgtype.UUID{Bytes: *v, Valid: true}
 			}
+		case []uuid.UUID:
+			if v == nil {
+				args[i] = []pgtype.UUID(nil)
+				continue
+			}
+			ids := make([]pgtype.UUID, len(v))
+			for k, id := range v {
+				ids[k] = pgtype.UUID{Bytes: id, Valid: true}
+			}
+			args[i] = ids
 		}
 	}
 	return args
@@ -90,6 +102,16 @@ func (e errorString) Error() string { return string(e) }
 
 // uuidConn runs generated statements on c with uuidArgs and uuidRow.
 type uuidConn struct{ c db.DBTX }
+
+// Wrap returns q with the argument and row conversions every generated
+// statement of the library runs with (see uuidArgs), so that it works in
+// every pgx exec mode. Wrapping twice is wrapping once.
+func Wrap(q db.DBTX) db.DBTX {
+	if u, ok := q.(uuidConn); ok {
+		return u
+	}
+	return uuidConn{q}
+}
 
 func (u uuidConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return u.c.Exec(ctx, sql, uuidArgs(args)...)

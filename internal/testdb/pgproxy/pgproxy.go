@@ -13,6 +13,10 @@
 //     the client never hears that its command ran. This is the case of a
 //     COMMIT that landed while the connection died, which
 //     pg_terminate_backend cannot produce on purpose.
+//   - Stall: black-hole the server's host. From Stall on, nothing more is
+//     forwarded either way on any connection, and new connections (cancel
+//     requests among them) are accepted and never answered, as when the
+//     server's host stops answering in a failover.
 //
 // Inspecting needs the protocol in clear (sslmode disable or prefer against
 // a server without TLS); a connection on which the server accepts TLS is
@@ -101,6 +105,7 @@ type Proxy struct {
 	count   int64
 	armed   string
 	dropped int
+	stalled bool
 }
 
 // Start listens on a free loopback port and forwards every connection
@@ -174,6 +179,34 @@ func (p *Proxy) Dropped() int {
 	return p.dropped
 }
 
+// Stall black-holes the server from now on (see the package
+// documentation); Close still closes everything.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = true
+}
+
+func (p *Proxy) isStalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled
+}
+
+// stallWriter writes to w until the proxy stalls, then swallows
+// everything.
+type stallWriter struct {
+	p *Proxy
+	w io.Writer
+}
+
+func (sw stallWriter) Write(b []byte) (int, error) {
+	if sw.p.isStalled() {
+		return len(b), nil
+	}
+	return sw.w.Write(b)
+}
+
 // track registers connections for Close; false once the proxy is closed.
 func (p *Proxy) track(cs ...net.Conn) bool {
 	p.mu.Lock()
@@ -192,6 +225,15 @@ func (p *Proxy) serve() {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.isStalled() {
+			// Accepted by the kernel, never answered.
+			if !p.track(client) {
+				_ = client.Close()
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, client) }()
+			continue
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -244,7 +286,7 @@ func (p *Proxy) requests(src, dst net.Conn) {
 			}
 		}
 		held := time.Since(c.arrived)
-		if _, err := dst.Write(c.data); err != nil {
+		if _, err := (stallWriter{p, dst}).Write(c.data); err != nil {
 			break
 		}
 		p.mu.Lock()
@@ -264,9 +306,10 @@ func (p *Proxy) replies(server, client net.Conn) {
 	defer client.Close()
 	defer server.Close()
 	if !p.opts.Inspect {
-		_, _ = io.Copy(client, server)
+		_, _ = io.Copy(stallWriter{p, client}, server)
 		return
 	}
+	clientW := stallWriter{p, client}
 	r := bufio.NewReaderSize(server, 64<<10)
 	// The answer to an SSLRequest is one byte: 'N' (go on in clear), or
 	// 'S' (TLS follows, which cannot be inspected).
@@ -278,7 +321,7 @@ func (p *Proxy) replies(server, client net.Conn) {
 		return
 	case first[0] == 'N':
 		_, _ = r.Discard(1)
-		if _, err := client.Write([]byte{'N'}); err != nil {
+		if _, err := clientW.Write([]byte{'N'}); err != nil {
 			return
 		}
 	}
@@ -311,7 +354,7 @@ func (p *Proxy) replies(server, client net.Conn) {
 			p.mu.Unlock()
 			if hit {
 				// What came before the command's reply still goes through.
-				if _, err := client.Write(out); err != nil {
+				if _, err := clientW.Write(out); err != nil {
 					return
 				}
 				out = out[:0]
@@ -330,7 +373,7 @@ func (p *Proxy) replies(server, client net.Conn) {
 		}
 		out = append(append(out, header...), body...)
 		if r.Buffered() == 0 { // the next read would wait: forward what came
-			if _, err := client.Write(out); err != nil {
+			if _, err := clientW.Write(out); err != nil {
 				return
 			}
 			out = out[:0]

@@ -1,0 +1,221 @@
+package reliability_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/replay"
+)
+
+// execModes are every pgx exec mode: the statement caches, describe then
+// exec, and the two PgBouncer (transaction mode) needs before 1.21,
+// QueryExecModeExec and the simple protocol.
+var execModes = []pgx.QueryExecMode{
+	pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+	pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+}
+
+// poolInMode opens a pool on url whose connections use mode.
+func poolInMode(t *testing.T, ctx context.Context, url string, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// The whole API works in every exec mode, pool-owned and in a caller's
+// transaction: definitions, enqueue (unkeyed, keyed, with a chosen id),
+// claim, complete with output and progress, fail, cancel, lease recovery,
+// the reads, replay (every outcome) and bulk replay by list and by filter.
+func TestEveryExecModeWholeAPI(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	for _, mode := range execModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := testdb.Context(t)
+			pool := poolInMode(t, ctx, url, mode)
+			org := runledger.Organization(uuid.New())
+			jobType := "exec-mode." + testdb.RandomHex(4)
+			if _, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: jobType, MaxAttempts: testdb.Ptr[int32](2)}); err != nil {
+				t.Fatalf("upsert definition: %v", err)
+			}
+			if _, err := jobs.GetDefinition(ctx, pool, jobType); err != nil {
+				t.Fatalf("get definition: %v", err)
+			}
+			if _, err := jobs.ListDefinitions(ctx, pool); err != nil {
+				t.Fatalf("list definitions: %v", err)
+			}
+			payload := json.RawMessage(`{"invoice":1042,"lines":[1,2]}`)
+			enqueue := func(req jobs.EnqueueRequest, owned bool) jobs.EnqueueResult {
+				t.Helper()
+				req.Scope, req.JobType, req.Payload = org, jobType, payload
+				var res jobs.EnqueueResult
+				var err error
+				if owned {
+					res, err = jobs.Enqueue(ctx, pool, req)
+				} else {
+					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						res, err = jobs.EnqueueTx(ctx, tx, req)
+						return err
+					})
+				}
+				if err != nil {
+					t.Fatalf("enqueue %+v (owned %v): %v", req, owned, err)
+				}
+				return res
+			}
+			for _, owned := range []bool{true, false} {
+				plain := enqueue(jobs.EnqueueRequest{}, owned)
+				testdb.JSONEqual(t, "payload", plain.Job.Payload, string(payload))
+				key := "key-" + testdb.RandomHex(4)
+				keyed := enqueue(jobs.EnqueueRequest{IdempotencyKey: key}, owned)
+				if again := enqueue(jobs.EnqueueRequest{IdempotencyKey: key}, owned); again.Disposition != runledger.DispositionExisting || again.Job.ID != keyed.Job.ID {
+					t.Fatalf("keyed retry: %+v", again)
+				}
+				id := uuid.Must(uuid.NewV7())
+				chosen := enqueue(jobs.EnqueueRequest{JobID: id}, owned)
+				if again := enqueue(jobs.EnqueueRequest{JobID: id}, owned); chosen.Job.ID != id || again.Disposition != runledger.DispositionExisting || again.Job.ID != id {
+					t.Fatalf("chosen id: %+v then %+v", chosen, again)
+				}
+			}
+
+			// Claim all six, then finish them every way.
+			leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w-" + testdb.RandomHex(4), JobTypes: []string{jobType}, Limit: 10, Lease: time.Minute})
+			if err != nil || len(leased) != 6 {
+				t.Fatalf("claim: %d jobs, %v", len(leased), err)
+			}
+			done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{
+				JobID: leased[0].ID, RunNumber: leased[0].RunNumber, Attempt: leased[0].Attempt, WorkerID: *leased[0].WorkerID,
+				Output: json.RawMessage(`{"sent":true}`), ProgressDone: testdb.Ptr[int64](3), ProgressTotal: testdb.Ptr[int64](3),
+			})
+			if err != nil || done.Status != runledger.JobStatusSucceeded {
+				t.Fatalf("complete: %+v %v", done, err)
+			}
+			testdb.JSONEqual(t, "output", done.Output, `{"sent":true}`)
+			scope := org
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := jobs.CompleteTx(ctx, tx, jobs.CompleteRequest{Scope: &scope,
+					JobID: leased[1].ID, RunNumber: leased[1].RunNumber, Attempt: leased[1].Attempt, WorkerID: *leased[1].WorkerID})
+				return err
+			})
+			if err != nil {
+				t.Fatalf("complete in a transaction: %v", err)
+			}
+			if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(leased[0])); !errors.Is(err, runledger.CodeLeaseMismatch) {
+				t.Fatalf("second complete: %v", err)
+			}
+			failed, err := jobs.Fail(ctx, pool, jobs.FailRequest{
+				JobID: leased[2].ID, RunNumber: leased[2].RunNumber, Attempt: leased[2].Attempt, WorkerID: *leased[2].WorkerID,
+				ErrorCode: "smtp.down", ErrorMessage: "the relay refused", RetryDelay: testdb.Ptr(time.Hour),
+			})
+			if err != nil || failed.Status != runledger.JobStatusPending {
+				t.Fatalf("fail: %+v %v", failed, err)
+			}
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := jobs.FailTx(ctx, tx, jobs.FailRequest{JobID: leased[3].ID, RunNumber: leased[3].RunNumber,
+					Attempt: leased[3].Attempt, WorkerID: *leased[3].WorkerID, Terminal: true})
+				return err
+			})
+			if err != nil {
+				t.Fatalf("fail in a transaction: %v", err)
+			}
+			if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: org, JobID: leased[4].ID, Reason: "no longer wanted"}); err != nil {
+				t.Fatalf("cancel: %v", err)
+			}
+			if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: org, JobID: leased[4].ID}); !errors.Is(err, runledger.CodeNotCancelable) {
+				t.Fatalf("second cancel: %v", err)
+			}
+			testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, leased[5].ID)
+			if rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec) != 1 {
+				t.Fatalf("recover: %d jobs, %v", len(rec), err)
+			}
+
+			// Reads.
+			if _, err := jobs.Get(ctx, pool, org, done.ID); err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if evs, err := jobs.Events(ctx, pool, org, done.ID); err != nil || len(evs) != 3 {
+				t.Fatalf("events: %d, %v", len(evs), err)
+			}
+			if page, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: org, Limit: 100}); err != nil || len(page.Jobs) != 6 {
+				t.Fatalf("list: %d, %v", len(page.Jobs), err)
+			}
+			if _, err := jobs.GetDetail(ctx, pool, org, done.ID); err != nil {
+				t.Fatalf("detail: %v", err)
+			}
+
+			// Replay every outcome, pool-owned and in a caller's transaction.
+			for _, owned := range []bool{true, false} {
+				do := func(req replay.Request) (replay.Outcome, error) {
+					if owned {
+						return replay.SucceededJob(ctx, pool, req)
+					}
+					var out replay.Outcome
+					err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						var err error
+						out, err = replay.SucceededJobTx(ctx, tx, req)
+						return err
+					})
+					return out, err
+				}
+				key := "replay-" + testdb.RandomHex(4)
+				req := replay.Request{Scope: org, SourceJobID: done.ID, ExpectedRunNumber: 1, Key: key, Reason: "r"}
+				first := testdb.MustReplayed(t)(do(req))
+				again := testdb.MustReplayed(t)(do(req))
+				if first.Disposition != runledger.DispositionInserted || again.Disposition != runledger.DispositionExisting || again.Replay.JobID != first.Replay.JobID {
+					t.Fatalf("owned=%v: %+v then %+v", owned, first, again)
+				}
+				if _, err := do(replay.Request{Scope: org, SourceJobID: done.ID, ExpectedRunNumber: 1, Key: key, Reason: "other"}); !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
+					t.Fatalf("owned=%v: conflict: %v", owned, err)
+				}
+				if out, err := do(replay.Request{Scope: org, SourceJobID: done.ID, ExpectedRunNumber: 2, Key: key, Reason: "r"}); err != nil {
+					t.Fatalf("owned=%v: mismatch: %v", owned, err)
+				} else if m, ok := out.(replay.ExpectationMismatch); !ok || m.Actual.ID != done.ID {
+					t.Fatalf("owned=%v: mismatch: %T %+v", owned, out, out)
+				}
+				if out, err := do(replay.Request{Scope: runledger.Global(), SourceJobID: done.ID, ExpectedRunNumber: 1, Key: key, Reason: "r"}); err != nil {
+					t.Fatalf("owned=%v: other scope: %v", owned, err)
+				} else if _, ok := out.(replay.NotFound); !ok {
+					t.Fatalf("owned=%v: other scope: %T", owned, out)
+				}
+			}
+			if ls, err := replay.List(ctx, pool, org, done.ID); err != nil || len(ls) != 2 {
+				t.Fatalf("lineage list: %d, %v", len(ls), err)
+			}
+
+			// Bulk replay by list and by filter, and its count.
+			list := replay.BulkRequest{Scope: org, Key: "bulk-list", Reason: "r",
+				Sources: []replay.Source{{JobID: done.ID, ExpectedRunNumber: 1}, {JobID: leased[1].ID, ExpectedRunNumber: 1}, {JobID: failed.ID, ExpectedRunNumber: 1}}}
+			sum, err := replay.Bulk(ctx, pool, list, nil)
+			if err != nil || sum.Inserted != 2 || sum.Mismatch != 1 {
+				t.Fatalf("bulk by list: %+v, %v", sum, err)
+			}
+			filter := replay.BulkRequest{Scope: org, Key: "bulk-filter", Reason: "r", Filter: &replay.Filter{JobType: jobType}}
+			if n, err := replay.BulkCount(ctx, pool, filter); err != nil || n != 2 {
+				t.Fatalf("bulk count: %d, %v", n, err)
+			}
+			if sum, err := replay.Bulk(ctx, pool, filter, nil); err != nil || sum.Inserted != 2 {
+				t.Fatalf("bulk by filter: %+v, %v", sum, err)
+			}
+		})
+	}
+}
