@@ -233,3 +233,57 @@ func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
 	}
 	testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
 }
+
+// A mismatch found at once locks nothing; a mismatch found after waiting
+// for the source lock keeps that lock until the transaction ends:
+// PostgreSQL locks the row's newest version before it re-checks the
+// conditions on it, and keeps the lock when the re-check fails. In the
+// pool-owned form the transaction commits at once, so the lock ends with
+// the call; in a caller's transaction it lasts until the caller ends its
+// transaction, as the package documentation states.
+func TestMismatchAfterTheLockWaitKeepsTheSourceLocked(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	pool := testdb.New(t)
+	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
+	req := replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}
+
+	// A holder changes the source (a new run), and the waiter's locking
+	// read waits for it.
+	holder, _ := beginTx(t, ctx, pool)
+	testdb.Exec(t, holder, `UPDATE job_queue SET run_number = 2 WHERE id = $1`, sourceID)
+	waiter, waiterPID := beginTx(t, ctx, pool)
+	type result struct {
+		out replay.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := replay.SucceededJobTx(ctx, waiter, req)
+		done <- result{out, err}
+	}()
+	testdb.WaitBlocked(t, pool, waiterPID)
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if m, ok := res.out.(replay.ExpectationMismatch); res.err != nil || !ok || m.Actual.RunNumber != 2 {
+		t.Fatalf("waiter got %T %+v %v, want a mismatch at run 2", res.out, res.out, res.err)
+	}
+	if holders := rowLockHolders(t, pool, sourceID); !reflect.DeepEqual(holders, []uint32{waiterPID}) {
+		t.Fatalf("source held by %v, want the waiter %d until it ends", holders, waiterPID)
+	}
+	_ = waiter.Rollback(ctx)
+
+	// The same request now mismatches at once and locks nothing.
+	tx, _ := beginTx(t, ctx, pool)
+	defer func() { _ = tx.Rollback(ctx) }()
+	if out, err := replay.SucceededJobTx(ctx, tx, req); err != nil {
+		t.Fatal(err)
+	} else if _, ok := out.(replay.ExpectationMismatch); !ok {
+		t.Fatalf("got %T, want a mismatch", out)
+	}
+	if holders := rowLockHolders(t, pool, sourceID); len(holders) != 0 {
+		t.Fatalf("an immediate mismatch left the source locked by %v", holders)
+	}
+}

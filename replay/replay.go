@@ -12,7 +12,13 @@
 // Locks: an Existing outcome locks the replay job FOR NO KEY UPDATE until
 // the transaction ends; the insert path locks the source FOR NO KEY UPDATE
 // and the job type's definition FOR SHARE; a conflict found before the
-// source lock, a mismatch and a NotFound lock nothing.
+// source lock and a NotFound lock nothing. A mismatch locks nothing when
+// it is found at once; one found after the locking read waited for
+// another transaction that then changed the source keeps the source
+// locked until the transaction ends (PostgreSQL locks the row's newest
+// version before it re-checks it, and keeps the lock when the re-check
+// fails). SucceededJob commits at once, so that lock ends with the call;
+// in SucceededJobTx it lasts until the caller's transaction ends.
 //
 // Round trips: every outcome costs one (BEGIN to COMMIT in SucceededJob).
 // More only after an error (ROLLBACK), when the bounded lock loop tries
@@ -82,10 +88,12 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 // SucceededJobTx replays a succeeded job inside the caller's transaction,
 // which it never commits or rolls back.
 //
-// It validates the request, then refuses any isolation level but READ
-// COMMITTED (runledger.CodeReplayUnsupportedIsolation; it reads and locks
-// nothing), since each statement must see what concurrent replays
-// committed. One round trip. Its locks last until the caller's
+// It validates the request, then refuses any transaction but a read-write
+// READ COMMITTED one (runledger.CodeReplayUnsupportedIsolation), since each
+// statement must see what concurrent replays committed: it asks with SHOW
+// in a round trip of its own, so a refused transaction is refused at once,
+// with no snapshot or lock taken and not aborted. Then one round trip, as
+// SucceededJob's. Its locks last until the caller's
 // transaction ends: after an Existing outcome workers skip the replay job,
 // and after a conflict found once the source was locked the source stays
 // locked. On an error the caller should roll back.
@@ -93,7 +101,11 @@ func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	return run(ctx, txn.Join(tx, txOperation), req)
+	s := txn.Join(tx, txOperation)
+	if err := txn.CheckCallerTx(ctx, s, txOperation, errs.ReplayUnsupportedIsolation); err != nil {
+		return nil, err
+	}
+	return run(ctx, s, req)
 }
 
 var queries = db.New()
