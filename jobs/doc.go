@@ -18,8 +18,11 @@
 // runledger.ErrCommitUnconfirmed). XTx(ctx, tx, req) runs inside the
 // caller's pgx.Tx and never commits or rolls back; locks it takes last until
 // the caller's transaction ends, and after an error the caller should roll
-// back. Reads take a Querier, which a pool, a connection and a transaction
-// all satisfy.
+// back. A context that ends mid-statement cancels the statement on the
+// server (aborting the caller's transaction); if the server does not
+// confirm the cancel within a grace of 1 s, the caller's connection is
+// closed, so that no late cancel reaches its next statement. Reads take a
+// Querier, which a pool, a connection and a transaction all satisfy.
 //
 // # Errors
 //

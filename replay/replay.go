@@ -93,10 +93,16 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 // statement must see what concurrent replays committed: it asks with SHOW
 // in a round trip of its own, so a refused transaction is refused at once,
 // with no snapshot or lock taken and not aborted. Then one round trip, as
-// SucceededJob's. Its locks last until the caller's
-// transaction ends: after an Existing outcome workers skip the replay job,
-// and after a conflict found once the source was locked the source stays
-// locked. On an error the caller should roll back.
+// SucceededJob's. Its locks last until the caller's transaction ends:
+// after an Existing outcome workers skip the replay job, and after a
+// conflict found once the source was locked the source stays locked. On an
+// error the caller should roll back.
+//
+// When ctx ends while a statement runs, the statement is canceled on the
+// server (the caller's transaction is then aborted: roll it back), and the
+// error wraps ctx's error. If the server does not confirm the cancel
+// within txn's grace of 1 s, the caller's connection is closed rather than
+// left to receive a late cancel on its next statement.
 func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
