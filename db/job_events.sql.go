@@ -69,13 +69,15 @@ FROM job_events
 JOIN job_queue ON job_queue.id = job_events.job_id
 WHERE job_events.job_id = $1
   AND job_queue.organization_id IS NOT DISTINCT FROM $2::uuid
+  AND job_events.id < coalesce($3::bigint, 9223372036854775807)
 ORDER BY job_events.id DESC
-LIMIT $3
+LIMIT $4
 `
 
 type JobEventListNewestForJobParams struct {
 	JobID          uuid.UUID
 	OrganizationID *uuid.UUID
+	BeforeID       *int64
 	MaxEvents      int32
 }
 
@@ -84,9 +86,15 @@ type JobEventListNewestForJobRow struct {
 }
 
 // JobEventListNewestForJob returns a job's newest @max_events events, newest
-// first, only when the job is in the caller's scope. No lock.
+// first, only when the job is in the caller's scope; with @before_id set,
+// only events older than that one (the next page back). No lock.
 func (q *Queries) JobEventListNewestForJob(ctx context.Context, db DBTX, arg JobEventListNewestForJobParams) ([]JobEventListNewestForJobRow, error) {
-	rows, err := db.Query(ctx, jobEventListNewestForJob, arg.JobID, arg.OrganizationID, arg.MaxEvents)
+	rows, err := db.Query(ctx, jobEventListNewestForJob,
+		arg.JobID,
+		arg.OrganizationID,
+		arg.BeforeID,
+		arg.MaxEvents,
+	)
 	if err != nil {
 		return nil, err
 	}

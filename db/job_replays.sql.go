@@ -292,12 +292,19 @@ FROM job_replays jr
 JOIN job_queue replay ON replay.id = jr.replay_job_id
 WHERE jr.source_job_id = $1
   AND replay.organization_id IS NOT DISTINCT FROM $2::uuid
+  AND ($3::uuid IS NULL
+       OR (jr.created_at, jr.replay_job_id) > (SELECT after.created_at, after.replay_job_id
+                                               FROM job_replays after
+                                               WHERE after.replay_job_id = $3::uuid))
 ORDER BY jr.created_at, jr.replay_job_id
+LIMIT $4
 `
 
 type JobReplayListForSourceParams struct {
-	SourceJobID    uuid.UUID
-	OrganizationID *uuid.UUID
+	SourceJobID      uuid.UUID
+	OrganizationID   *uuid.UUID
+	AfterReplayJobID *uuid.UUID
+	MaxReplays       int32
 }
 
 type JobReplayListForSourceRow struct {
@@ -308,9 +315,16 @@ type JobReplayListForSourceRow struct {
 
 // JobReplayListForSource lists the replays made from a job, oldest first,
 // with each replay's current status and run, within the caller's scope (a
-// replay always shares its source's organization). No locks.
+// replay always shares its source's organization), at most @max_replays;
+// with @after_replay_job_id set, only the replays after that one (the next
+// page). No locks.
 func (q *Queries) JobReplayListForSource(ctx context.Context, db DBTX, arg JobReplayListForSourceParams) ([]JobReplayListForSourceRow, error) {
-	rows, err := db.Query(ctx, jobReplayListForSource, arg.SourceJobID, arg.OrganizationID)
+	rows, err := db.Query(ctx, jobReplayListForSource,
+		arg.SourceJobID,
+		arg.OrganizationID,
+		arg.AfterReplayJobID,
+		arg.MaxReplays,
+	)
 	if err != nil {
 		return nil, err
 	}

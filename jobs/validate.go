@@ -84,8 +84,7 @@ var (
 		"Event limit must be between 1 and 1000.")
 	errEventFilterInvalid = errs.Validation("job.event_filter_invalid",
 		"Event type is not valid.")
-	errListLimitInvalid = errs.Validation("job.list_limit_invalid",
-		"List limit must be between 1 and 1000.")
+	errListLimitInvalid  = errs.ListLimitInvalid
 	errListFilterInvalid = errs.Validation("job.list_filter_invalid",
 		"Job list filter is not supported.")
 	errRecoverLimitInvalid = errs.Validation("job.recover_limit_invalid",

@@ -126,14 +126,21 @@ FROM inserted CROSS JOIN source;
 
 -- JobReplayListForSource lists the replays made from a job, oldest first,
 -- with each replay's current status and run, within the caller's scope (a
--- replay always shares its source's organization). No locks.
+-- replay always shares its source's organization), at most @max_replays;
+-- with @after_replay_job_id set, only the replays after that one (the next
+-- page). No locks.
 -- name: JobReplayListForSource :many
 SELECT sqlc.embed(jr), replay.status AS replay_status, replay.run_number AS replay_run_number
 FROM job_replays jr
 JOIN job_queue replay ON replay.id = jr.replay_job_id
 WHERE jr.source_job_id = @source_job_id
   AND replay.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-ORDER BY jr.created_at, jr.replay_job_id;
+  AND (sqlc.narg(after_replay_job_id)::uuid IS NULL
+       OR (jr.created_at, jr.replay_job_id) > (SELECT after.created_at, after.replay_job_id
+                                               FROM job_replays after
+                                               WHERE after.replay_job_id = sqlc.narg(after_replay_job_id)::uuid))
+ORDER BY jr.created_at, jr.replay_job_id
+LIMIT @max_replays;
 
 -- JobReplayGetForReplayJob returns the lineage row of a replay job: the source
 -- it was made from, the run, key and reason, within the caller's scope. No

@@ -159,7 +159,7 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 			if page, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: org, Limit: 100}); err != nil || len(page.Jobs) != 6 {
 				t.Fatalf("list: %d, %v", len(page.Jobs), err)
 			}
-			if _, err := jobs.GetDetail(ctx, pool, org, done.ID); err != nil {
+			if _, err := jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: org, JobID: done.ID}); err != nil {
 				t.Fatalf("detail: %v", err)
 			}
 
@@ -198,7 +198,7 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 					t.Fatalf("owned=%v: other scope: %T", owned, out)
 				}
 			}
-			if ls, err := replay.List(ctx, pool, org, done.ID); err != nil || len(ls) != 2 {
+			if ls, _, err := replay.List(ctx, pool, org, done.ID, replay.LineagePage{}); err != nil || len(ls) != 2 {
 				t.Fatalf("lineage list: %d, %v", len(ls), err)
 			}
 

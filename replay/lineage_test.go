@@ -23,7 +23,7 @@ func TestListAndOriginReadLineage(t *testing.T) {
 	}
 	other := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
 
-	none, err := replay.List(ctx, pool, scope, source.ID)
+	none, _, err := replay.List(ctx, pool, scope, source.ID, replay.LineagePage{})
 	if err != nil || none == nil || len(none) != 0 {
 		t.Fatalf("List before any = %#v, %v", none, err)
 	}
@@ -43,7 +43,7 @@ func TestListAndOriginReadLineage(t *testing.T) {
 	// The first replay moves on; the list shows its current state.
 	testdb.LeaseJob(t, ctx, pool, replayIDs[0])
 
-	list, err := replay.List(ctx, pool, scope, source.ID)
+	list, _, err := replay.List(ctx, pool, scope, source.ID, replay.LineagePage{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestListAndOriginReadLineage(t *testing.T) {
 	}
 
 	for _, wrong := range []runledger.Scope{runledger.Global(), runledger.Organization(uuid.New())} {
-		_, err := replay.List(ctx, pool, wrong, source.ID)
+		_, _, err := replay.List(ctx, pool, wrong, source.ID, replay.LineagePage{})
 		testdb.WantCode(t, err, runledger.CodeJobNotFound)
 		_, err = replay.Origin(ctx, pool, wrong, replayIDs[0])
 		testdb.WantCode(t, err, runledger.CodeJobNotFound)
@@ -96,7 +96,7 @@ func TestListAndOriginReadLineageInsertedByHand(t *testing.T) {
 	copyJob := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	testdb.Exec(t, pool, `INSERT INTO job_replays (replay_job_id, source_job_id, source_run_number, replay_request_key, reason)
 		VALUES ($1, $2, 1, 'manual', 'by hand')`, copyJob.ID, source.ID)
-	list, err := replay.List(ctx, pool, runledger.Global(), source.ID)
+	list, _, err := replay.List(ctx, pool, runledger.Global(), source.ID, replay.LineagePage{})
 	if err != nil || len(list) != 1 || list[0].ReplayJobID != copyJob.ID || *list[0].ReplayStatus != runledger.JobStatusPending {
 		t.Fatalf("List = %+v, %v", list, err)
 	}

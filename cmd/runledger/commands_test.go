@@ -427,6 +427,24 @@ func testJobsShow(t *testing.T, c *cli) {
 		t.Errorf("replay's text lacks its source:\n%s", out.stdout)
 	}
 
+	// A page of the history says that more exists, and how to see it.
+	paged := object(t, c.ok(t, e, "jobs", "show", src, "--org", org, "--events", "2", "--json").stdout)
+	if got := list(t, paged, "events"); len(got) != 2 || string(paged["more_events"]) != "true" {
+		t.Fatalf("--events 2: %d events, more_events %s", len(got), paged["more_events"])
+	}
+	oldest := num(t, list(t, paged, "events")[0], "id")
+	out = c.ok(t, e, "jobs", "show", src, "--org", org, "--events", "2")
+	if !strings.Contains(out.stdout, fmt.Sprintf("Events (the newest 2; older ones exist: --events-before %d):", oldest)) {
+		t.Errorf("paged text lacks the hint:\n%s", out.stdout)
+	}
+	before := object(t, c.ok(t, e, "jobs", "show", src, "--org", org, "--events-before", fmt.Sprint(oldest), "--json").stdout)
+	if got := list(t, before, "events"); len(got) != 1 || str(t, got[0], "event_type") != "ENQUEUED" || len(before["more_events"]) != 0 {
+		t.Fatalf("--events-before %d: %v", oldest, before)
+	}
+	if code := wantError(t, c.want(t, 2, e, "jobs", "show", src, "--events", "0", "--json"), "validation"); code != "job.event_limit_invalid" {
+		t.Fatalf("--events 0: code %s", code)
+	}
+
 	// Other scopes do not see it.
 	for _, args := range [][]string{
 		{"jobs", "show", src, "--json"},

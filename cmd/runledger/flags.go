@@ -98,6 +98,14 @@ func (f *flagSet) intDefault(name string, def int32, usage string) *int32 {
 	return &v.n
 }
 
+// int64Opt defines an optional 64-bit integer flag; it stays nil unless
+// given.
+func (f *flagSet) int64Opt(name, usage string) **int64 {
+	v := &int64Value{}
+	f.define(v, name, usage)
+	return &v.p
+}
+
 // uuidFlag defines a UUID flag; it stays nil unless given.
 func (f *flagSet) uuidFlag(name, usage string) **uuid.UUID {
 	v := &uuidValue{}
@@ -335,6 +343,28 @@ func (v *int32Value) Set(s string) error {
 		return errors.New("must be an integer")
 	}
 	v.n = int32(n)
+	v.p = &v.n
+	return nil
+}
+
+type int64Value struct {
+	n int64
+	p *int64
+}
+
+func (v *int64Value) String() string {
+	if v == nil {
+		return "0"
+	}
+	return strconv.FormatInt(v.n, 10)
+}
+
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return errors.New("must be an integer")
+	}
+	v.n = n
 	v.p = &v.n
 	return nil
 }

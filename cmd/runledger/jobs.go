@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -16,10 +15,15 @@ var jobsShowCmd = &command{
 	name:    "jobs show",
 	args:    "UUID",
 	summary: "Show a job, its events, the replays made from it and the job it replays.",
-	help: `Prints the job record, its whole history (events in the order they
+	help: `Prints the job record, its history (events in the order they
 happened), the replays made from it (replay job, request key, reason, when,
 and the replay's current status) and, if it is itself a replay, the job
 and run it was replayed from. Everything is read in one read-only snapshot.
+
+A long history is paged: the newest --events events (default 100) are
+shown, and the output says when older ones exist and how to see them
+(--events-before ID, the id of the oldest event shown). Replays likewise:
+the oldest --replays (default 100), then --replays-after UUID.
 
 Only the caller's scope is visible: without --org the global scope, with
 --org that organization's jobs. A job in another scope is not found (exit
@@ -36,29 +40,49 @@ Output (--json):
                "replay_status":"PENDING","replay_run_number":1}, ...],
    "replayed_from":{"replay_job_id":"...","source_job_id":"...","source_run_number":1,
                     "replay_request_key":"...","reason":"...","created_at":"..."} | null}
+and "more_events":true / "more_replays":true added when a further page exists.
 with the job fields listed in 'runledger help enqueue'.
 
 Exit codes: 0 done; 2 invalid input; 4 not found in the caller's scope;
 1 other errors.`,
 	setup: func(fs *flagSet) runFunc {
 		org := fs.uuidFlag("org", "`UUID`: the caller's organization (tenant). Default: global scope.")
+		events := fs.intDefault("events", jobs.DefaultDetailLimit, "`N`: show the newest N events (1 to 1000)")
+		eventsBefore := fs.int64Opt("events-before", "`ID`: page back: only events older than event ID")
+		replays := fs.intDefault("replays", jobs.DefaultDetailLimit, "`N`: show the oldest N replays (1 to 1000)")
+		replaysAfter := fs.uuidFlag("replays-after", "`UUID`: page forward: only replays after replay job UUID")
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			id, err := uuid.Parse(inv.args[0])
 			if err != nil {
 				return nil, invalidArgf("jobs show: %q is not a UUID", inv.args[0])
 			}
+			req := jobs.DetailRequest{Scope: scopeFor(*org), JobID: id, EventLimit: explicitLimit(*events), EventsBefore: *eventsBefore,
+				ReplayLimit: explicitLimit(*replays), ReplaysAfter: *replaysAfter}
+			if err := req.Validate(); err != nil {
+				return nil, err
+			}
 			pool, err := inv.Pool(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return showJob(ctx, pool, scopeFor(*org), id)
+			return showJob(ctx, pool, req)
 		}
 	},
 }
 
+// explicitLimit passes a limit flag to the library, where 0 means the
+// default: here 0 was asked for, which the library's validation then
+// refuses like any limit below 1.
+func explicitLimit(n int32) int {
+	if n == 0 {
+		return -1
+	}
+	return int(n)
+}
+
 // showJob reads the job detail for jobs show.
-func showJob(ctx context.Context, pool *pgxpool.Pool, scope runledger.Scope, id uuid.UUID) (*jobView, error) {
-	d, err := jobs.GetDetail(ctx, pool, scope, id)
+func showJob(ctx context.Context, pool *pgxpool.Pool, req jobs.DetailRequest) (*jobView, error) {
+	d, err := jobs.GetDetail(ctx, pool, req)
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +96,17 @@ type jobView struct {
 
 func (v *jobView) text(w io.Writer) {
 	writeJob(w, v.Job, "")
-	fmt.Fprintf(w, "\nEvents (%d):\n", len(v.Events))
+	if v.MoreEvents && len(v.Events) > 0 {
+		fmt.Fprintf(w, "\nEvents (the newest %d; older ones exist: --events-before %d):\n", len(v.Events), v.Events[0].ID)
+	} else {
+		fmt.Fprintf(w, "\nEvents (%d):\n", len(v.Events))
+	}
 	writeEvents(w, v.Events, "  ")
-	fmt.Fprintf(w, "\nReplays made from this job (%d):\n", len(v.Replays))
+	if v.MoreReplays && len(v.Replays) > 0 {
+		fmt.Fprintf(w, "\nReplays made from this job (the oldest %d; more exist: --replays-after %s):\n", len(v.Replays), v.Replays[len(v.Replays)-1].ReplayJobID)
+	} else {
+		fmt.Fprintf(w, "\nReplays made from this job (%d):\n", len(v.Replays))
+	}
 	writeReplays(w, v.Replays, "  ")
 	fmt.Fprintln(w, "\nReplayed from:")
 	writeReplayedFrom(w, v.ReplayedFrom, "  ")

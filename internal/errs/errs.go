@@ -94,3 +94,7 @@ var JobIDFailed = Internal(runledger.CodeInvariantViolated, "Job id could not be
 func DefinitionUnavailableFor(jobType string) *runledger.Error {
 	return DefinitionUnavailable.Newf("enqueue job: definition missing or disabled for job type %q", jobType)
 }
+
+// ListLimitInvalid refuses a page size of a listing (jobs, replays) outside
+// 1 to 1000; jobs and replay share it.
+var ListLimitInvalid = Validation("job.list_limit_invalid", "List limit must be between 1 and 1000.")
