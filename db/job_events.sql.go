@@ -77,7 +77,7 @@ LIMIT $4
 type JobEventListNewestForJobParams struct {
 	JobID          uuid.UUID
 	OrganizationID *uuid.UUID
-	BeforeID       *int64
+	BeforeEventID  *int64
 	MaxEvents      int32
 }
 
@@ -86,13 +86,13 @@ type JobEventListNewestForJobRow struct {
 }
 
 // JobEventListNewestForJob returns a job's newest @max_events events, newest
-// first, only when the job is in the caller's scope; with @before_id set,
+// first, only when the job is in the caller's scope; with @before_event_id set,
 // only events older than that one (the next page back). No lock.
 func (q *Queries) JobEventListNewestForJob(ctx context.Context, db DBTX, arg JobEventListNewestForJobParams) ([]JobEventListNewestForJobRow, error) {
 	rows, err := db.Query(ctx, jobEventListNewestForJob,
 		arg.JobID,
 		arg.OrganizationID,
-		arg.BeforeID,
+		arg.BeforeEventID,
 		arg.MaxEvents,
 	)
 	if err != nil {

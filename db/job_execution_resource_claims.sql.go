@@ -7,65 +7,7 @@ package db
 
 import (
 	"context"
-
-	"github.com/google/uuid"
 )
-
-const jobResourceClaimAcquire = `-- name: JobResourceClaimAcquire :many
-INSERT INTO job_execution_resource_claims AS c (
-    resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
-)
-SELECT DISTINCT ON (jq.execution_resource_key)
-       jq.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1, $1::text,
-       now() + make_interval(secs => $2::float8)
-FROM job_queue jq
-WHERE jq.id = ANY($3::uuid[])
-  AND jq.execution_resource_key IS NOT NULL
-ORDER BY jq.execution_resource_key, jq.priority DESC, jq.next_run_at, jq.created_at
-ON CONFLICT (resource_key) DO UPDATE
-SET job_id = EXCLUDED.job_id,
-    run_number = EXCLUDED.run_number,
-    attempt = EXCLUDED.attempt,
-    worker_id = EXCLUDED.worker_id,
-    lease_expires_at = EXCLUDED.lease_expires_at,
-    release_after = NULL,
-    acquired_at = now()
-WHERE c.release_after IS NOT NULL
-  AND c.release_after <= now()
-RETURNING c.job_id
-`
-
-type JobResourceClaimAcquireParams struct {
-	WorkerID     string
-	LeaseSeconds float64
-	JobIds       []uuid.UUID
-}
-
-// JobResourceClaimAcquire takes the execution resource claims for claim
-// candidates that carry a key (one candidate per key, the first in claim
-// order), for the attempt the lease is about to start. A key held by a live
-// claim stays with its holder (ON CONFLICT waits for an uncommitted
-// competitor, then does nothing); a claim whose delayed release is due is
-// taken over. Returns the jobs that got their claim.
-func (q *Queries) JobResourceClaimAcquire(ctx context.Context, db DBTX, arg JobResourceClaimAcquireParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, jobResourceClaimAcquire, arg.WorkerID, arg.LeaseSeconds, arg.JobIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []uuid.UUID
-	for rows.Next() {
-		var job_id uuid.UUID
-		if err := rows.Scan(&job_id); err != nil {
-			return nil, err
-		}
-		items = append(items, job_id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
 
 const jobResourceClaimDeleteReleased = `-- name: JobResourceClaimDeleteReleased :execrows
 DELETE FROM job_execution_resource_claims

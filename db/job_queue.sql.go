@@ -115,6 +115,204 @@ func (q *Queries) JobCancel(ctx context.Context, db DBTX, arg JobCancelParams) (
 	return i, err
 }
 
+const jobClaim = `-- name: JobClaim :many
+WITH RECURSIVE priorities (priority) AS (
+    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING'
+    UNION ALL
+    SELECT (SELECT max(jq.priority) FROM job_queue jq
+            WHERE jq.status = 'PENDING' AND jq.priority < priorities.priority)
+    FROM priorities
+    WHERE priorities.priority IS NOT NULL
+),
+candidates AS MATERIALIZED (
+    SELECT due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
+    FROM priorities
+    CROSS JOIN LATERAL (
+        SELECT jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+        FROM job_queue jq
+        WHERE jq.status = 'PENDING'
+          AND jq.priority = priorities.priority
+          AND jq.next_run_at <= now()
+          AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
+          AND (
+              jq.execution_resource_key IS NULL
+              OR NOT EXISTS (
+                  SELECT 1
+                  FROM job_execution_resource_claims c
+                  WHERE c.resource_key = jq.execution_resource_key
+                    AND (c.release_after IS NULL OR c.release_after > now())
+              )
+          )
+        ORDER BY jq.next_run_at, jq.created_at
+        LIMIT $2
+        FOR UPDATE OF jq SKIP LOCKED
+    ) due
+    LIMIT $2
+),
+acquired AS (
+    INSERT INTO job_execution_resource_claims AS rc (
+        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT DISTINCT ON (candidates.execution_resource_key)
+           candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1, $3::text,
+           now() + make_interval(secs => $4::float8)
+    FROM candidates
+    JOIN job_queue jq ON jq.id = candidates.id
+    WHERE candidates.execution_resource_key IS NOT NULL
+    ORDER BY candidates.execution_resource_key, candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (resource_key) DO UPDATE
+    SET job_id = EXCLUDED.job_id,
+        run_number = EXCLUDED.run_number,
+        attempt = EXCLUDED.attempt,
+        worker_id = EXCLUDED.worker_id,
+        lease_expires_at = EXCLUDED.lease_expires_at,
+        release_after = NULL,
+        acquired_at = now()
+    WHERE rc.release_after IS NOT NULL
+      AND rc.release_after <= now()
+    RETURNING rc.job_id
+),
+leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = $3::text,
+        lease_expires_at = now() + make_interval(secs => $4::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    -- An array built before the update starts (an InitPlan), so that every
+    -- resource claim is in place when the lease trigger checks for it.
+    WHERE job_queue.id = ANY(ARRAY(
+              SELECT id FROM candidates WHERE execution_resource_key IS NULL
+              UNION ALL
+              SELECT job_id FROM acquired))
+      AND job_queue.status = 'PENDING'
+    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt, 'LEASED', stage,
+           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
+    FROM leased
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
+ORDER BY priority DESC, next_run_at, created_at
+`
+
+type JobClaimParams struct {
+	JobTypes     []string
+	MaxJobs      int32
+	WorkerID     string
+	LeaseSeconds float64
+}
+
+type JobClaimRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       *uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobClaim leases up to @max_jobs due PENDING jobs of the given types (all
+// types when the array is empty) to a worker, in one statement, in claim
+// order: priority high to low, then due time, then age. It walks the
+// distinct priorities of PENDING jobs from the highest (one index descent
+// each) and, within each, reads only the due jobs (priority = p AND
+// next_run_at <= now() is a range of idx_job_queue_claim), so jobs
+// scheduled for later are never read, however many there are. Candidates
+// are locked FOR UPDATE SKIP LOCKED: rows another transaction holds (a
+// concurrent claimer, a replay holding an existing replay) are passed by.
+// A candidate with an execution resource key is a candidate only while no
+// live claim holds its key, and is leased only if it takes the key's claim
+// (one per key, the first in claim order; ON CONFLICT waits for an
+// uncommitted competitor for the key, and takes over a claim whose delayed
+// release is due). Each leased job is LEASED, stage running, at attempt +
+// 1, with lease_expires_at = now() + @lease_seconds, and gets one LEASED
+// event. Returns the leased jobs in claim order.
+func (q *Queries) JobClaim(ctx context.Context, db DBTX, arg JobClaimParams) ([]JobClaimRow, error) {
+	rows, err := db.Query(ctx, jobClaim,
+		arg.JobTypes,
+		arg.MaxJobs,
+		arg.WorkerID,
+		arg.LeaseSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobClaimRow
+	for rows.Next() {
+		var i JobClaimRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobComplete = `-- name: JobComplete :one
 WITH completed AS (
     UPDATE job_queue
@@ -648,127 +846,6 @@ func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, ar
 		&i.Job,
 	)
 	return i, err
-}
-
-const jobLease = `-- name: JobLease :many
-WITH leased AS (
-    UPDATE job_queue
-    SET status = 'LEASED',
-        attempt = attempt + 1,
-        worker_id = $1,
-        lease_expires_at = now() + make_interval(secs => $2::float8),
-        last_heartbeat_at = NULL,
-        started_at = now(),
-        finished_at = NULL,
-        stage = 'running'
-    WHERE id = ANY($3::uuid[])
-      AND status = 'PENDING'
-    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
-),
-event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'LEASED', stage,
-           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
-    FROM leased
-)
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
-ORDER BY priority DESC, next_run_at, created_at
-`
-
-type JobLeaseParams struct {
-	WorkerID     *string
-	LeaseSeconds float64
-	JobIds       []uuid.UUID
-}
-
-type JobLeaseRow struct {
-	ID                   uuid.UUID
-	JobType              string
-	OrganizationID       *uuid.UUID
-	Payload              json.RawMessage
-	Status               JobStatus
-	Priority             int32
-	RunNumber            int32
-	Attempt              int32
-	MaxAttempts          int32
-	TimeoutSeconds       int32
-	NextRunAt            time.Time
-	LeaseExpiresAt       *time.Time
-	LastHeartbeatAt      *time.Time
-	WorkerID             *string
-	StartedAt            *time.Time
-	FinishedAt           *time.Time
-	Stage                string
-	ProgressDone         *int64
-	ProgressTotal        *int64
-	ProgressPct          *float64
-	Checkpoint           json.RawMessage
-	IdempotencyKey       *string
-	StatusReason         *string
-	LastErrorCode        *string
-	LastErrorMessage     *string
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
-	EnqueueRequest       json.RawMessage
-	Output               json.RawMessage
-	ExecutionResourceKey *string
-}
-
-// JobLease leases the given PENDING jobs (locked by JobLockForClaim in
-// the same transaction) to a worker: attempt + 1, LEASED, stage running,
-// lease until now() + @lease_seconds; and writes one LEASED event each. A
-// job with an execution resource key must already hold its claim for this
-// attempt (JobResourceClaimAcquire), or the lease trigger refuses it.
-// Returns the leased jobs in claim order.
-func (q *Queries) JobLease(ctx context.Context, db DBTX, arg JobLeaseParams) ([]JobLeaseRow, error) {
-	rows, err := db.Query(ctx, jobLease, arg.WorkerID, arg.LeaseSeconds, arg.JobIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobLeaseRow
-	for rows.Next() {
-		var i JobLeaseRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const jobListByStatusGlobal = `-- name: JobListByStatusGlobal :many
@@ -1327,63 +1404,6 @@ func (q *Queries) JobLockByIdempotencyKeyOrg(ctx context.Context, db DBTX, arg J
 		&i.SameRequest,
 	)
 	return i, err
-}
-
-const jobLockForClaim = `-- name: JobLockForClaim :many
-SELECT jq.id, jq.execution_resource_key
-FROM job_queue jq
-WHERE jq.status = 'PENDING'
-  AND jq.next_run_at <= now()
-  AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
-  AND (
-      jq.execution_resource_key IS NULL
-      OR NOT EXISTS (
-          SELECT 1
-          FROM job_execution_resource_claims c
-          WHERE c.resource_key = jq.execution_resource_key
-            AND (c.release_after IS NULL OR c.release_after > now())
-      )
-  )
-ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
-LIMIT $2
-FOR UPDATE OF jq SKIP LOCKED
-`
-
-type JobLockForClaimParams struct {
-	JobTypes []string
-	MaxJobs  int32
-}
-
-type JobLockForClaimRow struct {
-	ID                   uuid.UUID
-	ExecutionResourceKey *string
-}
-
-// JobLockForClaim picks and locks up to @max_jobs due PENDING jobs of
-// the given types (all types when the array is empty) in claim order:
-// priority high to low, then due time, then age. FOR UPDATE SKIP LOCKED:
-// rows another transaction holds (a concurrent claimer, or a replay
-// transaction holding an existing replay) are passed by, not waited on. A
-// job with an execution resource key is a candidate only while no live
-// claim holds its key.
-func (q *Queries) JobLockForClaim(ctx context.Context, db DBTX, arg JobLockForClaimParams) ([]JobLockForClaimRow, error) {
-	rows, err := db.Query(ctx, jobLockForClaim, arg.JobTypes, arg.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobLockForClaimRow
-	for rows.Next() {
-		var i JobLockForClaimRow
-		if err := rows.Scan(&i.ID, &i.ExecutionResourceKey); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const jobLockForEnqueueByID = `-- name: JobLockForEnqueueByID :one

@@ -4,14 +4,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
-	"github.com/runledger-go/runledger/internal/dberr"
-	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 )
@@ -52,11 +49,12 @@ func (r ClaimRequest) Validate() error {
 	return nil
 }
 
-// Claim leases up to req.Limit due PENDING jobs to req.WorkerID in one READ
-// COMMITTED transaction of its own and returns them in claim order:
+// Claim leases up to req.Limit due PENDING jobs to req.WorkerID in one
+// statement on a pooled connection and returns them in claim order:
 // priority high to low, then due time (next_run_at), then age. Each leased
 // job is LEASED, stage running, at attempt + 1, with lease_expires_at =
-// now + req.Lease, and has one LEASED event.
+// now + req.Lease, and has one LEASED event. Only due jobs are read: jobs
+// scheduled for later cost nothing, however many there are.
 //
 // Candidates are locked FOR UPDATE SKIP LOCKED: jobs another transaction
 // holds are passed by, never waited on, and concurrent claimers never lease
@@ -64,16 +62,11 @@ func (r ClaimRequest) Validate() error {
 // takes the key's claim (one lease per key; a holder that is leased, or
 // canceled with its lease still running, keeps it), so fewer than Limit
 // jobs may come back although more are due. No due job gives an empty,
-// non-nil slice. A failed COMMIT matches runledger.ErrCommitUnconfirmed:
-// the jobs may be leased with nobody working on them until their leases
-// expire and RecoverExpiredLeases takes them back.
+// non-nil slice. A lost reply matches runledger.ErrCommitUnconfirmed: the
+// jobs may be leased with nobody working on them until their leases expire
+// and RecoverExpiredLeases takes them back.
 func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledger.Job, error) {
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	return txn.ReadCommitted(ctx, pool, "job claim", func(q db.DBTX) ([]runledger.Job, error) {
-		return claim(ctx, q, req)
-	})
+	return ownedWrite(ctx, pool, "job claim", req, claim)
 }
 
 // ClaimTx is Claim inside the caller's transaction, which it never commits
@@ -83,82 +76,28 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledg
 // transaction fails the claim with a Transient serialization error instead
 // of being passed by.
 func ClaimTx(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, error) {
-	return validated(ctx, tx, req, claim)
+	return joinedWrite(ctx, tx, "job claim", req, claim)
 }
 
-func claim(ctx context.Context, tx db.DBTX, req ClaimRequest) ([]runledger.Job, error) {
+func claim(ctx context.Context, s *txn.Session, req ClaimRequest) ([]runledger.Job, error) {
 	types := req.JobTypes
 	if types == nil {
 		types = []string{} // NULL would match nothing.
 	}
-	candidates, err := queries.JobLockForClaim(ctx, tx, db.JobLockForClaimParams{
-		JobTypes: types,
-		MaxJobs:  int32(req.Limit),
+	leased, err := txn.One(ctx, s, "claim jobs", func(q db.DBTX) ([]db.JobClaimRow, error) {
+		return queries.JobClaim(ctx, q, db.JobClaimParams{
+			JobTypes:     types,
+			MaxJobs:      int32(req.Limit),
+			WorkerID:     req.WorkerID,
+			LeaseSeconds: req.Lease.Seconds(),
+		})
 	})
-	if err != nil {
-		return nil, dberr.Translate(ctx, "select job claim candidates", err)
-	}
-	if len(candidates) == 0 {
-		return []runledger.Job{}, nil
-	}
-	workerID := req.WorkerID
-	leaseSeconds := req.Lease.Seconds()
-
-	acquired, err := acquireResources(ctx, tx, candidates, workerID, leaseSeconds)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]uuid.UUID, 0, len(candidates))
-	for _, c := range candidates {
-		if c.ExecutionResourceKey == nil || acquired[c.ID] {
-			ids = append(ids, c.ID)
-		}
+	jobs, err := rows.All(leased, func(r db.JobClaimRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+	if jobs == nil && err == nil {
+		jobs = []runledger.Job{}
 	}
-	if len(ids) == 0 {
-		return []runledger.Job{}, nil
-	}
-
-	leased, err := queries.JobLease(ctx, tx, db.JobLeaseParams{
-		WorkerID:     &workerID,
-		LeaseSeconds: leaseSeconds,
-		JobIds:       ids,
-	})
-	if err != nil {
-		return nil, dberr.Translate(ctx, "lease claimed jobs", err)
-	}
-	if len(leased) != len(ids) {
-		// The candidates are locked PENDING rows of this transaction; all
-		// of them must lease.
-		return nil, errs.Invariantf("leased %d of %d locked claim candidates", len(leased), len(ids))
-	}
-	return rows.All(leased, func(r db.JobLeaseRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
-}
-
-// acquireResources takes the execution resource claims of the candidates
-// that carry a key (one per key, the first in claim order) and reports
-// which got theirs. A key held by a live claim stays with its holder; the
-// statement waits for an uncommitted competitor for the same key first.
-func acquireResources(ctx context.Context, tx db.DBTX, candidates []db.JobLockForClaimRow, workerID string, leaseSeconds float64) (map[uuid.UUID]bool, error) {
-	var keyed []uuid.UUID
-	for _, c := range candidates {
-		if c.ExecutionResourceKey != nil {
-			keyed = append(keyed, c.ID)
-		}
-	}
-	if len(keyed) == 0 {
-		return nil, nil
-	}
-	got, err := queries.JobResourceClaimAcquire(ctx, tx, db.JobResourceClaimAcquireParams{
-		WorkerID:     workerID,
-		LeaseSeconds: leaseSeconds,
-		JobIds:       keyed,
-	})
-	if err != nil {
-		return nil, dberr.Translate(ctx, "acquire execution resource claims", err)
-	}
-	acquired := make(map[uuid.UUID]bool, len(got))
-	for _, id := range got {
-		acquired[id] = true
-	}
-	return acquired, nil
+	return jobs, err
 }

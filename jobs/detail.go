@@ -118,7 +118,7 @@ func eventPage(ctx context.Context, q Querier, req DetailRequest) ([]runledger.J
 	}
 	q = txn.Wrap(q)
 	rs, err := queries.JobEventListNewestForJob(ctx, q, db.JobEventListNewestForJobParams{
-		JobID: req.JobID, OrganizationID: req.Scope.OrganizationIDPtr(), BeforeID: req.EventsBefore, MaxEvents: int32(limit + 1),
+		JobID: req.JobID, OrganizationID: req.Scope.OrganizationIDPtr(), BeforeEventID: req.EventsBefore, MaxEvents: int32(limit + 1),
 	})
 	if err != nil {
 		return nil, false, dberr.Translate(ctx, "list job events", err)

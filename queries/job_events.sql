@@ -9,7 +9,7 @@ WHERE job_events.job_id = @job_id
 ORDER BY job_events.run_number, job_events.id;
 
 -- JobEventListNewestForJob returns a job's newest @max_events events, newest
--- first, only when the job is in the caller's scope; with @before_id set,
+-- first, only when the job is in the caller's scope; with @before_event_id set,
 -- only events older than that one (the next page back). No lock.
 -- name: JobEventListNewestForJob :many
 SELECT sqlc.embed(job_events)
@@ -17,7 +17,7 @@ FROM job_events
 JOIN job_queue ON job_queue.id = job_events.job_id
 WHERE job_events.job_id = @job_id
   AND job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-  AND job_events.id < coalesce(sqlc.narg(before_id)::bigint, 9223372036854775807)
+  AND job_events.id < coalesce(sqlc.narg(before_event_id)::bigint, 9223372036854775807)
 ORDER BY job_events.id DESC
 LIMIT @max_events;
 

@@ -109,51 +109,96 @@ WHERE id = @id
 -- name: JobExistsAnyScope :one
 SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = @id);
 
--- JobLockForClaim picks and locks up to @max_jobs due PENDING jobs of
--- the given types (all types when the array is empty) in claim order:
--- priority high to low, then due time, then age. FOR UPDATE SKIP LOCKED:
--- rows another transaction holds (a concurrent claimer, or a replay
--- transaction holding an existing replay) are passed by, not waited on. A
--- job with an execution resource key is a candidate only while no live
--- claim holds its key.
--- name: JobLockForClaim :many
-SELECT jq.id, jq.execution_resource_key
-FROM job_queue jq
-WHERE jq.status = 'PENDING'
-  AND jq.next_run_at <= now()
-  AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
-  AND (
-      jq.execution_resource_key IS NULL
-      OR NOT EXISTS (
-          SELECT 1
-          FROM job_execution_resource_claims c
-          WHERE c.resource_key = jq.execution_resource_key
-            AND (c.release_after IS NULL OR c.release_after > now())
-      )
-  )
-ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
-LIMIT @max_jobs
-FOR UPDATE OF jq SKIP LOCKED;
-
--- JobLease leases the given PENDING jobs (locked by JobLockForClaim in
--- the same transaction) to a worker: attempt + 1, LEASED, stage running,
--- lease until now() + @lease_seconds; and writes one LEASED event each. A
--- job with an execution resource key must already hold its claim for this
--- attempt (JobResourceClaimAcquire), or the lease trigger refuses it.
--- Returns the leased jobs in claim order.
--- name: JobLease :many
-WITH leased AS (
+-- JobClaim leases up to @max_jobs due PENDING jobs of the given types (all
+-- types when the array is empty) to a worker, in one statement, in claim
+-- order: priority high to low, then due time, then age. It walks the
+-- distinct priorities of PENDING jobs from the highest (one index descent
+-- each) and, within each, reads only the due jobs (priority = p AND
+-- next_run_at <= now() is a range of idx_job_queue_claim), so jobs
+-- scheduled for later are never read, however many there are. Candidates
+-- are locked FOR UPDATE SKIP LOCKED: rows another transaction holds (a
+-- concurrent claimer, a replay holding an existing replay) are passed by.
+-- A candidate with an execution resource key is a candidate only while no
+-- live claim holds its key, and is leased only if it takes the key's claim
+-- (one per key, the first in claim order; ON CONFLICT waits for an
+-- uncommitted competitor for the key, and takes over a claim whose delayed
+-- release is due). Each leased job is LEASED, stage running, at attempt +
+-- 1, with lease_expires_at = now() + @lease_seconds, and gets one LEASED
+-- event. Returns the leased jobs in claim order.
+-- name: JobClaim :many
+WITH RECURSIVE priorities (priority) AS (
+    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING'
+    UNION ALL
+    SELECT (SELECT max(jq.priority) FROM job_queue jq
+            WHERE jq.status = 'PENDING' AND jq.priority < priorities.priority)
+    FROM priorities
+    WHERE priorities.priority IS NOT NULL
+),
+candidates AS MATERIALIZED (
+    SELECT due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
+    FROM priorities
+    CROSS JOIN LATERAL (
+        SELECT jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+        FROM job_queue jq
+        WHERE jq.status = 'PENDING'
+          AND jq.priority = priorities.priority
+          AND jq.next_run_at <= now()
+          AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
+          AND (
+              jq.execution_resource_key IS NULL
+              OR NOT EXISTS (
+                  SELECT 1
+                  FROM job_execution_resource_claims c
+                  WHERE c.resource_key = jq.execution_resource_key
+                    AND (c.release_after IS NULL OR c.release_after > now())
+              )
+          )
+        ORDER BY jq.next_run_at, jq.created_at
+        LIMIT @max_jobs
+        FOR UPDATE OF jq SKIP LOCKED
+    ) due
+    LIMIT @max_jobs
+),
+acquired AS (
+    INSERT INTO job_execution_resource_claims AS rc (
+        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT DISTINCT ON (candidates.execution_resource_key)
+           candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1, @worker_id::text,
+           now() + make_interval(secs => @lease_seconds::float8)
+    FROM candidates
+    JOIN job_queue jq ON jq.id = candidates.id
+    WHERE candidates.execution_resource_key IS NOT NULL
+    ORDER BY candidates.execution_resource_key, candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (resource_key) DO UPDATE
+    SET job_id = EXCLUDED.job_id,
+        run_number = EXCLUDED.run_number,
+        attempt = EXCLUDED.attempt,
+        worker_id = EXCLUDED.worker_id,
+        lease_expires_at = EXCLUDED.lease_expires_at,
+        release_after = NULL,
+        acquired_at = now()
+    WHERE rc.release_after IS NOT NULL
+      AND rc.release_after <= now()
+    RETURNING rc.job_id
+),
+leased AS (
     UPDATE job_queue
     SET status = 'LEASED',
         attempt = attempt + 1,
-        worker_id = @worker_id,
+        worker_id = @worker_id::text,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
         last_heartbeat_at = NULL,
         started_at = now(),
         finished_at = NULL,
         stage = 'running'
-    WHERE id = ANY(@job_ids::uuid[])
-      AND status = 'PENDING'
+    -- An array built before the update starts (an InitPlan), so that every
+    -- resource claim is in place when the lease trigger checks for it.
+    WHERE job_queue.id = ANY(ARRAY(
+              SELECT id FROM candidates WHERE execution_resource_key IS NULL
+              UNION ALL
+              SELECT job_id FROM acquired))
+      AND job_queue.status = 'PENDING'
     RETURNING *
 ),
 event AS (

@@ -93,7 +93,7 @@ func TestStalledServerKeepsTheDeadline(t *testing.T) {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: s.jobType})
 			return err
 		}},
-		{"claim", false, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
+		{"claim", true, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
 			_, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
 			return err
 		}},
