@@ -535,7 +535,10 @@ type JobReplayBulkLockSourcesRow struct {
 // workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
 // so chunks over overlapping sources (and single replays, which lock one
 // source) wait for each other instead of deadlocking; a waiter re-checks
-// the conditions on the newest row. Replay jobs are not locked: a bulk
+// the conditions on the newest row. A caller's transaction that locks
+// two of these sources in another order, or a definition before a source
+// (JobReplayBulkInsert reads definitions FOR SHARE after this), can still
+// deadlock with a chunk. Replay jobs are not locked: a bulk
 // result reports no replay status that a lock would have to keep true.
 // (The lineage probe is a correlated subquery, so that it reads the
 // idempotency index once per source whatever the planner guesses of the
