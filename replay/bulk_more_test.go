@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 	"testing"
@@ -682,4 +683,78 @@ func TestBulkConcurrentOpenFiltersDoNotReplayEachOthersReplays(t *testing.T) {
 	}
 	assertReplayedOnce(t, pool, reqA.Key, ids)
 	assertReplayedOnce(t, pool, reqB.Key, ids)
+}
+
+// TestBulkStopEndsTheActionAfterTheChunkInFlight closes Stop while the
+// first chunk's transaction is open: that chunk commits and is reported,
+// no other begins, and the error matches ErrBulkStopped.
+func TestBulkStopEndsTheActionAfterTheChunkInFlight(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), pinMarker{}, true)
+	pool := testdb.New(t)
+	scope := runledger.Global()
+	ids := seedSucceeded(t, pool, scope, "email", 9, time.Now().Add(-time.Hour))
+	stop := make(chan struct{})
+	mine := func(ctx context.Context) bool { return ctx.Value(pinMarker{}) != nil }
+	defer failpoint.EnableFor(replay.FailpointBulkAfterLock, func(ctx context.Context, arg any) {
+		if mine(ctx) && arg.(replay.BulkCall).Chunk == 0 {
+			close(stop)
+		}
+	}, mine)()
+	var chunks []int
+	sum, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "stop", Reason: "r", Sources: listOf(ids, 1), ChunkSize: 4, Stop: stop},
+		func(c replay.BulkChunk) error {
+			chunks = append(chunks, c.Index)
+			return nil
+		})
+	if !errors.Is(err, replay.ErrBulkStopped) || sum != (replay.BulkSummary{Selected: 4, Inserted: 4}) || fmt.Sprint(chunks) != "[0]" {
+		t.Fatalf("stopped bulk: %+v, chunks %v, %v; want the first chunk only and ErrBulkStopped", sum, chunks, err)
+	}
+	if n := testdb.Count(t, pool, "job_replays"); n != 4 {
+		t.Fatalf("%d lineage rows, want the first chunk's 4", n)
+	}
+}
+
+// TestBulkStreamIsReadAChunkAtATime replays a Stream: it is pulled only a
+// chunk ahead, a job twice in different chunks is simply existing the
+// second time, and a job twice in one chunk stops the action with
+// job.replay_bulk_duplicate_source once the chunks before it committed.
+func TestBulkStreamIsReadAChunkAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	pool := testdb.New(t)
+	scope := runledger.Global()
+	ids := seedSucceeded(t, pool, scope, "email", 6, time.Now().Add(-time.Hour))
+	stream := func(list []uuid.UUID, pulled *int) iter.Seq2[replay.Source, error] {
+		return func(yield func(replay.Source, error) bool) {
+			for _, id := range list {
+				*pulled++
+				if !yield(replay.Source{JobID: id, ExpectedRunNumber: 1}, nil) {
+					return
+				}
+			}
+		}
+	}
+	pulled := 0
+	var ahead []int
+	list := append(append([]uuid.UUID{}, ids[:4]...), ids[0], ids[4], ids[5])
+	sum, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "stream", Reason: "r", Stream: stream(list, &pulled), ChunkSize: 2},
+		func(c replay.BulkChunk) error {
+			ahead = append(ahead, pulled-c.Total.Selected)
+			return nil
+		})
+	if err != nil || sum != (replay.BulkSummary{Selected: 7, Inserted: 6, Existing: 1}) {
+		t.Fatalf("stream: %+v, %v", sum, err)
+	}
+	for i, a := range ahead {
+		if a > 1 {
+			t.Fatalf("after chunk %d the stream was read %d sources ahead, want at most 1 (the next chunk's first)", i, a)
+		}
+	}
+	pulled = 0
+	dup := []uuid.UUID{ids[0], ids[1], ids[2], ids[2]}
+	sum, err = replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "dup", Reason: "r", Stream: stream(dup, &pulled), ChunkSize: 2}, nil)
+	testdb.WantCode(t, err, "job.replay_bulk_duplicate_source")
+	if sum != (replay.BulkSummary{Selected: 2, Inserted: 2}) {
+		t.Fatalf("before the duplicate: %+v", sum)
+	}
 }
