@@ -23,6 +23,9 @@ import (
 // is the one whose deadlock_timeout runs out while the cycle exists: the
 // side that is to lose gets 20ms, the other a minute, and the side that
 // closes the cycle is made to wait last, by waiting on pg_locks.
+// deadlock_timeout is a superuser setting: the kit's own servers connect
+// as postgres; a RUNLEDGER_TEST_DATABASE_URL needs a role that may set it
+// (a superuser, or GRANT SET ON PARAMETER deadlock_timeout from 15 on).
 
 type deadlockMarker struct{}
 
