@@ -20,7 +20,7 @@ SELECT count(*) FROM (
       AND jq.organization_id IS NULL
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce($2::timestamptz, '-infinity')
-      AND jq.finished_at < coalesce($3::timestamptz, 'infinity')
+      AND jq.finished_at < coalesce($3::timestamptz, now())
       AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
           IS DISTINCT FROM $4::text
     LIMIT $5
@@ -36,7 +36,10 @@ type JobCountSucceededForReplayGlobalParams struct {
 }
 
 // JobCountSucceededForReplayGlobal counts what JobListSucceededForReplayGlobal
-// would select from the start, at most @max_jobs. No lock.
+// would select from the start under the same bounds (a NULL @until is
+// now(), the transaction's start: in the first page's transaction, the
+// bound that page pins), at most @max_jobs. It reads every selected job
+// with its lineage probe: the cost of a scan of the selection. No lock.
 func (q *Queries) JobCountSucceededForReplayGlobal(ctx context.Context, db DBTX, arg JobCountSucceededForReplayGlobalParams) (int64, error) {
 	row := db.QueryRow(ctx, jobCountSucceededForReplayGlobal,
 		arg.JobType,
@@ -58,7 +61,7 @@ SELECT count(*) FROM (
       AND jq.organization_id = $2
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce($3::timestamptz, '-infinity')
-      AND jq.finished_at < coalesce($4::timestamptz, 'infinity')
+      AND jq.finished_at < coalesce($4::timestamptz, now())
       AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
           IS DISTINCT FROM $5::text
     LIMIT $6
@@ -75,7 +78,8 @@ type JobCountSucceededForReplayOrgParams struct {
 }
 
 // JobCountSucceededForReplayOrg counts what JobListSucceededForReplayOrg
-// would select from the start, at most @max_jobs. No lock.
+// would select from the start under the same bounds, at most @max_jobs,
+// as JobCountSucceededForReplayGlobal does. No lock.
 func (q *Queries) JobCountSucceededForReplayOrg(ctx context.Context, db DBTX, arg JobCountSucceededForReplayOrgParams) (int64, error) {
 	row := db.QueryRow(ctx, jobCountSucceededForReplayOrg,
 		arg.JobType,
@@ -143,13 +147,14 @@ func (q *Queries) JobGetForBulkReplayClassification(ctx context.Context, db DBTX
 }
 
 const jobListSucceededForReplayGlobal = `-- name: JobListSucceededForReplayGlobal :many
-SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
+SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
+       coalesce($1::timestamptz, now())::timestamptz AS selection_until
 FROM job_queue jq
-WHERE jq.job_type = $1
+WHERE jq.job_type = $2
   AND jq.organization_id IS NULL
   AND jq.status = 'SUCCEEDED'
-  AND jq.finished_at >= coalesce($2::timestamptz, '-infinity')
-  AND jq.finished_at < coalesce($3::timestamptz, 'infinity')
+  AND jq.finished_at >= coalesce($3::timestamptz, '-infinity')
+  AND jq.finished_at < coalesce($1::timestamptz, now())
   AND (jq.finished_at, jq.id) > (coalesce($4::timestamptz, '-infinity'),
                                  coalesce($5::uuid, '00000000-0000-0000-0000-000000000000'))
   AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
@@ -159,9 +164,9 @@ LIMIT $7
 `
 
 type JobListSucceededForReplayGlobalParams struct {
+	Until            *time.Time
 	JobType          string
 	Since            *time.Time
-	Until            *time.Time
 	AfterFinishedAt  *time.Time
 	AfterID          *uuid.UUID
 	ReplayRequestKey string
@@ -169,26 +174,30 @@ type JobListSucceededForReplayGlobalParams struct {
 }
 
 type JobListSucceededForReplayGlobalRow struct {
-	ID         uuid.UUID
-	RunNumber  int32
-	FinishedAt time.Time
+	ID             uuid.UUID
+	RunNumber      int32
+	FinishedAt     time.Time
+	SelectionUntil time.Time
 }
 
 // JobListSucceededForReplayGlobal selects the next page of a bulk replay
 // by filter in the global scope: jobs of @job_type without an organization
-// that are SUCCEEDED and finished in [@since, @until) (either bound NULL:
-// open), in finish order then id, after the cursor (@after_finished_at,
-// @after_id; NULLs for the first page), at most @max_jobs. A job that is
-// itself a replay made under @replay_request_key is never selected, so an
-// action does not replay the replays it made. A job without a finish time
-// is never selected. No lock: the chunk locks what it replays. (The
-// order names organization_id, NULL on every row, so that it is the
-// index's order and a page reads only its own rows, unsorted.)
+// that are SUCCEEDED and finished in [@since, @until), in finish order then
+// id, after the cursor (@after_finished_at, @after_id; NULLs for the first
+// page), at most @max_jobs. A NULL @since is open; a NULL @until is now(),
+// the transaction's start, returned as selection_until on every row so
+// that the action pins it and passes it to every later page: jobs that
+// finish while the action runs are never selected. A job that is itself
+// a replay made under @replay_request_key is never selected, so an action
+// does not replay the replays it made. A job without a finish time is
+// never selected. No lock: the chunk locks what it replays. (The order
+// names organization_id, NULL on every row, so that it is the index's
+// order and a page reads only its own rows, unsorted.)
 func (q *Queries) JobListSucceededForReplayGlobal(ctx context.Context, db DBTX, arg JobListSucceededForReplayGlobalParams) ([]JobListSucceededForReplayGlobalRow, error) {
 	rows, err := db.Query(ctx, jobListSucceededForReplayGlobal,
+		arg.Until,
 		arg.JobType,
 		arg.Since,
-		arg.Until,
 		arg.AfterFinishedAt,
 		arg.AfterID,
 		arg.ReplayRequestKey,
@@ -201,7 +210,12 @@ func (q *Queries) JobListSucceededForReplayGlobal(ctx context.Context, db DBTX, 
 	var items []JobListSucceededForReplayGlobalRow
 	for rows.Next() {
 		var i JobListSucceededForReplayGlobalRow
-		if err := rows.Scan(&i.ID, &i.RunNumber, &i.FinishedAt); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunNumber,
+			&i.FinishedAt,
+			&i.SelectionUntil,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -213,13 +227,14 @@ func (q *Queries) JobListSucceededForReplayGlobal(ctx context.Context, db DBTX, 
 }
 
 const jobListSucceededForReplayOrg = `-- name: JobListSucceededForReplayOrg :many
-SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
+SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
+       coalesce($1::timestamptz, now())::timestamptz AS selection_until
 FROM job_queue jq
-WHERE jq.job_type = $1
-  AND jq.organization_id = $2
+WHERE jq.job_type = $2
+  AND jq.organization_id = $3
   AND jq.status = 'SUCCEEDED'
-  AND jq.finished_at >= coalesce($3::timestamptz, '-infinity')
-  AND jq.finished_at < coalesce($4::timestamptz, 'infinity')
+  AND jq.finished_at >= coalesce($4::timestamptz, '-infinity')
+  AND jq.finished_at < coalesce($1::timestamptz, now())
   AND (jq.finished_at, jq.id) > (coalesce($5::timestamptz, '-infinity'),
                                  coalesce($6::uuid, '00000000-0000-0000-0000-000000000000'))
   AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
@@ -229,10 +244,10 @@ LIMIT $8
 `
 
 type JobListSucceededForReplayOrgParams struct {
+	Until            *time.Time
 	JobType          string
 	OrganizationID   *uuid.UUID
 	Since            *time.Time
-	Until            *time.Time
 	AfterFinishedAt  *time.Time
 	AfterID          *uuid.UUID
 	ReplayRequestKey string
@@ -240,19 +255,20 @@ type JobListSucceededForReplayOrgParams struct {
 }
 
 type JobListSucceededForReplayOrgRow struct {
-	ID         uuid.UUID
-	RunNumber  int32
-	FinishedAt time.Time
+	ID             uuid.UUID
+	RunNumber      int32
+	FinishedAt     time.Time
+	SelectionUntil time.Time
 }
 
 // JobListSucceededForReplayOrg is JobListSucceededForReplayGlobal for one
 // organization's scope (a separate statement so each matches the index).
 func (q *Queries) JobListSucceededForReplayOrg(ctx context.Context, db DBTX, arg JobListSucceededForReplayOrgParams) ([]JobListSucceededForReplayOrgRow, error) {
 	rows, err := db.Query(ctx, jobListSucceededForReplayOrg,
+		arg.Until,
 		arg.JobType,
 		arg.OrganizationID,
 		arg.Since,
-		arg.Until,
 		arg.AfterFinishedAt,
 		arg.AfterID,
 		arg.ReplayRequestKey,
@@ -265,7 +281,12 @@ func (q *Queries) JobListSucceededForReplayOrg(ctx context.Context, db DBTX, arg
 	var items []JobListSucceededForReplayOrgRow
 	for rows.Next() {
 		var i JobListSucceededForReplayOrgRow
-		if err := rows.Scan(&i.ID, &i.RunNumber, &i.FinishedAt); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunNumber,
+			&i.FinishedAt,
+			&i.SelectionUntil,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -514,7 +535,10 @@ type JobReplayBulkLockSourcesRow struct {
 // workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
 // so chunks over overlapping sources (and single replays, which lock one
 // source) wait for each other instead of deadlocking; a waiter re-checks
-// the conditions on the newest row. Replay jobs are not locked: a bulk
+// the conditions on the newest row. A caller's transaction that locks
+// two of these sources in another order, or a definition before a source
+// (JobReplayBulkInsert reads definitions FOR SHARE after this), can still
+// deadlock with a chunk. Replay jobs are not locked: a bulk
 // result reports no replay status that a lock would have to keep true.
 // (The lineage probe is a correlated subquery, so that it reads the
 // idempotency index once per source whatever the planner guesses of the

@@ -15,7 +15,10 @@
 -- workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
 -- so chunks over overlapping sources (and single replays, which lock one
 -- source) wait for each other instead of deadlocking; a waiter re-checks
--- the conditions on the newest row. Replay jobs are not locked: a bulk
+-- the conditions on the newest row. A caller's transaction that locks
+-- two of these sources in another order, or a definition before a source
+-- (JobReplayBulkInsert reads definitions FOR SHARE after this), can still
+-- deadlock with a chunk. Replay jobs are not locked: a bulk
 -- result reports no replay status that a lock would have to keep true.
 -- (The lineage probe is a correlated subquery, so that it reads the
 -- idempotency index once per source whatever the planner guesses of the
@@ -184,22 +187,26 @@ WHERE jq.id = ANY(@ids::uuid[])
 
 -- JobListSucceededForReplayGlobal selects the next page of a bulk replay
 -- by filter in the global scope: jobs of @job_type without an organization
--- that are SUCCEEDED and finished in [@since, @until) (either bound NULL:
--- open), in finish order then id, after the cursor (@after_finished_at,
--- @after_id; NULLs for the first page), at most @max_jobs. A job that is
--- itself a replay made under @replay_request_key is never selected, so an
--- action does not replay the replays it made. A job without a finish time
--- is never selected. No lock: the chunk locks what it replays. (The
--- order names organization_id, NULL on every row, so that it is the
--- index's order and a page reads only its own rows, unsorted.)
+-- that are SUCCEEDED and finished in [@since, @until), in finish order then
+-- id, after the cursor (@after_finished_at, @after_id; NULLs for the first
+-- page), at most @max_jobs. A NULL @since is open; a NULL @until is now(),
+-- the transaction's start, returned as selection_until on every row so
+-- that the action pins it and passes it to every later page: jobs that
+-- finish while the action runs are never selected. A job that is itself
+-- a replay made under @replay_request_key is never selected, so an action
+-- does not replay the replays it made. A job without a finish time is
+-- never selected. No lock: the chunk locks what it replays. (The order
+-- names organization_id, NULL on every row, so that it is the index's
+-- order and a page reads only its own rows, unsorted.)
 -- name: JobListSucceededForReplayGlobal :many
-SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
+SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
+       coalesce(sqlc.narg(until)::timestamptz, now())::timestamptz AS selection_until
 FROM job_queue jq
 WHERE jq.job_type = @job_type
   AND jq.organization_id IS NULL
   AND jq.status = 'SUCCEEDED'
   AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
-  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
   AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
                                  coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
   AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
@@ -210,13 +217,14 @@ LIMIT @max_jobs;
 -- JobListSucceededForReplayOrg is JobListSucceededForReplayGlobal for one
 -- organization's scope (a separate statement so each matches the index).
 -- name: JobListSucceededForReplayOrg :many
-SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at
+SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
+       coalesce(sqlc.narg(until)::timestamptz, now())::timestamptz AS selection_until
 FROM job_queue jq
 WHERE jq.job_type = @job_type
   AND jq.organization_id = @organization_id
   AND jq.status = 'SUCCEEDED'
   AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
-  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
   AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
                                  coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
   AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
@@ -225,7 +233,10 @@ ORDER BY jq.finished_at, jq.id
 LIMIT @max_jobs;
 
 -- JobCountSucceededForReplayGlobal counts what JobListSucceededForReplayGlobal
--- would select from the start, at most @max_jobs. No lock.
+-- would select from the start under the same bounds (a NULL @until is
+-- now(), the transaction's start: in the first page's transaction, the
+-- bound that page pins), at most @max_jobs. It reads every selected job
+-- with its lineage probe: the cost of a scan of the selection. No lock.
 -- name: JobCountSucceededForReplayGlobal :one
 SELECT count(*) FROM (
     SELECT 1
@@ -234,14 +245,15 @@ SELECT count(*) FROM (
       AND jq.organization_id IS NULL
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
-      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
       AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
           IS DISTINCT FROM @replay_request_key::text
     LIMIT @max_jobs
 ) selected;
 
 -- JobCountSucceededForReplayOrg counts what JobListSucceededForReplayOrg
--- would select from the start, at most @max_jobs. No lock.
+-- would select from the start under the same bounds, at most @max_jobs,
+-- as JobCountSucceededForReplayGlobal does. No lock.
 -- name: JobCountSucceededForReplayOrg :one
 SELECT count(*) FROM (
     SELECT 1
@@ -250,7 +262,7 @@ SELECT count(*) FROM (
       AND jq.organization_id = @organization_id
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
-      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, 'infinity')
+      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
       AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
           IS DISTINCT FROM @replay_request_key::text
     LIMIT @max_jobs

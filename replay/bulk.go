@@ -2,7 +2,7 @@ package replay
 
 import (
 	"context"
-	"math"
+	"iter"
 	"time"
 
 	"github.com/google/uuid"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/bulk"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/txn"
@@ -54,8 +55,9 @@ var (
 )
 
 // BulkRequest is one bulk action: one key and one reason for every source
-// it selects, by an explicit list or by a filter (exactly one of Sources
-// and Filter).
+// it selects, by an explicit list (Sources, or Stream for a list too long
+// to hold in memory) or by a filter: exactly one of Sources, Stream and
+// Filter.
 type BulkRequest struct {
 	// Scope is the caller's tenant, for both selections: a source outside
 	// it is not_found (list) or never selected (filter).
@@ -68,19 +70,43 @@ type BulkRequest struct {
 	// Sources is an explicit list, replayed in this order; a job id twice
 	// is a validation error.
 	Sources []Source
+	// Stream is an explicit list read as the action goes, a chunk at a
+	// time, so that memory stays bounded by the chunk size whatever its
+	// length. Bulk cannot check it before it starts: a job listed twice in
+	// one chunk stops the action with job.replay_bulk_duplicate_source
+	// when that chunk is formed (the chunks before stay committed), and
+	// twice in different chunks it is simply done twice (the second time
+	// existing, or a mismatch); an error it yields stops the action before
+	// the chunk being formed. Check the list first (the command line does)
+	// when bad input must write nothing.
+	Stream iter.Seq2[Source, error]
 	// Filter selects the sources instead.
 	Filter *Filter
 	// ChunkSize is the number of sources per transaction; 0 means
 	// DefaultBulkChunk. With a Rate below it, chunks hold Rate sources.
 	ChunkSize int
 	// Rate is at most how many replays are inserted per second; 0 means
-	// unlimited.
+	// unlimited. See Bulk for the throttle.
 	Rate int
 	// DryRun runs each chunk's statements and rolls the chunk back:
 	// results and totals are what a real run would report at that moment,
 	// and nothing is written.
 	DryRun bool
+	// Count, for a filter, counts the whole selection in the first chunk's
+	// transaction, under the same bounds (BulkChunk.Expected): a scan of
+	// every selected job with its lineage probe (BulkCount's cost), paid
+	// before the first chunk's replays. Ignored for a list.
+	Count bool
+	// Stop, once closed, stops the action softly: the chunk in flight
+	// commits (or, in a dry run, rolls back) and is reported, no other
+	// chunk begins, and Bulk returns an error matching ErrBulkStopped.
+	// nil never stops. To stop at once instead, cancel ctx.
+	Stop <-chan struct{}
 }
+
+// ErrBulkStopped is what Bulk's error matches (errors.Is) when
+// BulkRequest.Stop ended the action before its selection was done.
+var ErrBulkStopped = bulk.ErrStopped
 
 // Source is one source of a list: a job and the run the caller observed
 // as SUCCEEDED (as Request.SourceJobID and Request.ExpectedRunNumber).
@@ -101,7 +127,13 @@ type Filter struct {
 	// SucceededSince, when set, keeps jobs with finished_at >= it.
 	SucceededSince *time.Time
 	// SucceededUntil, when set, keeps jobs with finished_at < it; with
-	// both set, since must be before until.
+	// both set, since must be before until. When nil, the action pins it
+	// to the database's time (now()) at its first page and uses that for
+	// every page, reporting it as BulkChunk.SucceededUntil: jobs that
+	// finish while the action runs (its own replays, or another action's,
+	// among them) are not selected. A job whose completing transaction
+	// began before the first page and committed after it carries a finish
+	// time before the bound, and is selected by a later page.
 	SucceededUntil *time.Time
 	// Limit caps the number of sources selected; 0 means no cap.
 	Limit int
@@ -144,24 +176,26 @@ type BulkSummary struct {
 	Selected, Inserted, Existing, Conflict, Mismatch, NotFound, WorkflowManaged, DefinitionUnavailable int
 }
 
-func (s *BulkSummary) add(r BulkOutcome) {
-	s.Selected++
-	switch r {
-	case BulkInserted:
-		s.Inserted++
-	case BulkExisting:
-		s.Existing++
-	case BulkConflict:
-		s.Conflict++
-	case BulkMismatch:
-		s.Mismatch++
-	case BulkNotFound:
-		s.NotFound++
-	case BulkWorkflowManaged:
-		s.WorkflowManaged++
-	case BulkDefinitionUnavailable:
-		s.DefinitionUnavailable++
+// bulkOutcomes are the outcomes in the order of the engine's counts.
+var bulkOutcomes = [...]BulkOutcome{BulkInserted, BulkExisting, BulkConflict, BulkMismatch, BulkNotFound,
+	BulkWorkflowManaged, BulkDefinitionUnavailable}
+
+// outcomeIndex is o's place in bulkOutcomes (-1 for none).
+func outcomeIndex(o BulkOutcome) int {
+	for i, x := range bulkOutcomes {
+		if x == o {
+			return i
+		}
 	}
+	return -1
+}
+
+// summaryOf is the engine's totals as a BulkSummary.
+func summaryOf(t bulk.Totals) BulkSummary {
+	c := func(o BulkOutcome) int { return t.Counts[outcomeIndex(o)] }
+	return BulkSummary{Selected: t.Selected, Inserted: c(BulkInserted), Existing: c(BulkExisting),
+		Conflict: c(BulkConflict), Mismatch: c(BulkMismatch), NotFound: c(BulkNotFound),
+		WorkflowManaged: c(BulkWorkflowManaged), DefinitionUnavailable: c(BulkDefinitionUnavailable)}
 }
 
 // Refused is the number of sources that ended neither inserted nor
@@ -173,6 +207,9 @@ func (s BulkSummary) Refused() int { return s.Selected - s.Inserted - s.Existing
 type BulkChunk struct {
 	// Index counts chunks from 0.
 	Index int
+	// Attempts is how many times the chunk's transaction ran: 1, or more
+	// when PostgreSQL aborted it to break a deadlock and it ran again.
+	Attempts int
 	// Results are this chunk's, in source order (list order, or the
 	// filter's finish order).
 	Results []BulkResult
@@ -180,32 +217,49 @@ type BulkChunk struct {
 	Total BulkSummary
 	// Elapsed is the time since Bulk was called.
 	Elapsed time.Duration
+	// Expected is the number of sources the action selects in all, when
+	// known: len(Sources) for a Sources list, the count made in the first
+	// chunk's transaction for a filter with Count; 0 otherwise (a Stream,
+	// a filter without Count).
+	Expected int
+	// SucceededUntil is a filter's upper bound as every page used it: the
+	// request's, or the database's time pinned at the first page. nil for
+	// a list. Rerunning an open-ended action with this bound resumes
+	// exactly it.
+	SucceededUntil *time.Time
 }
 
 // Validate checks a bulk request without touching the database, returning
 // the first failure as a Validation error: the key and reason as
-// Request.Validate does (same codes); then exactly one selection
-// (job.replay_bulk_selection_invalid); a list neither empty
-// (job.replay_bulk_sources_empty) nor naming a job twice
-// (job.replay_bulk_duplicate_source); a filter's job type non-blank, clean
-// and at most 255 bytes (job.job_type_blank, job.job_type_invalid,
-// job.job_type_too_long), since before until (job.replay_bulk_range_invalid),
-// limit not negative (job.replay_bulk_limit_invalid); then chunk size and
-// rate not negative (job.replay_bulk_chunk_invalid,
-// job.replay_bulk_rate_invalid).
+// Request.Validate does (same codes); then exactly one selection of
+// Sources, Stream and Filter (job.replay_bulk_selection_invalid); a
+// Sources list neither empty (job.replay_bulk_sources_empty) nor naming a
+// job twice (job.replay_bulk_duplicate_source); a filter's job type
+// non-blank, clean and at most 255 bytes (job.job_type_blank,
+// job.job_type_invalid, job.job_type_too_long), since before until
+// (job.replay_bulk_range_invalid), limit not negative
+// (job.replay_bulk_limit_invalid); then chunk size and rate not negative
+// (job.replay_bulk_chunk_invalid, job.replay_bulk_rate_invalid). A Stream
+// is not read: its sources are checked as the action reads them.
 func (r BulkRequest) Validate() error {
 	if err := (Request{Key: r.Key, Reason: r.Reason}).Validate(); err != nil {
 		return err
 	}
+	n := 0
+	for _, set := range []bool{r.Sources != nil, r.Stream != nil, r.Filter != nil} {
+		if set {
+			n++
+		}
+	}
 	switch {
-	case r.Filter == nil && r.Sources == nil:
+	case n == 0:
 		return errBulkSelection.New("bulk replay request has neither sources nor a filter")
-	case r.Filter != nil && r.Sources != nil:
-		return errBulkSelection.New("bulk replay request has both sources and a filter")
-	case r.Filter == nil && len(r.Sources) == 0:
+	case n > 1:
+		return errBulkSelection.New("bulk replay request has more than one of a source list, a source stream and a filter")
+	case r.Sources != nil && len(r.Sources) == 0:
 		return errBulkSourcesEmpty.New("bulk replay source list is empty")
 	}
-	if r.Filter == nil {
+	if r.Sources != nil {
 		seen := make(map[uuid.UUID]int, len(r.Sources))
 		for i, s := range r.Sources {
 			if j, ok := seen[s.JobID]; ok {
@@ -213,8 +267,8 @@ func (r BulkRequest) Validate() error {
 			}
 			seen[s.JobID] = i
 		}
-	} else {
-		f := r.Filter
+	}
+	if f := r.Filter; f != nil {
 		switch validate.Text(f.JobType, maxJobTypeBytes) {
 		case validate.Blank:
 			return errBulkJobTypeBlank.Newf("bulk replay filter job type %q is blank", f.JobType)
@@ -240,92 +294,117 @@ func (r BulkRequest) Validate() error {
 	return nil
 }
 
-// chunkSize is the number of sources per chunk: ChunkSize or the default,
-// at most Rate.
-func (r BulkRequest) chunkSize() int {
-	n := r.ChunkSize
-	if n == 0 {
-		n = DefaultBulkChunk
-	}
-	if r.Rate > 0 && r.Rate < n {
-		n = r.Rate
-	}
-	return n
-}
-
-// Bulk runs a bulk action chunk by chunk and returns the totals.
+// Bulk runs a bulk action chunk by chunk and returns the totals, also on
+// error (counting the chunks reported before it).
 //
 // It validates the request before taking a connection. Each chunk is one
 // READ COMMITTED transaction of its own on one pooled connection; no lock
 // is held from one chunk to the next, and memory is bounded by the chunk
-// size whatever the number of sources. A chunk sends its statements in
-// two round trips (three for a filter, whose first selects the chunk):
-// the lineage lookup with the lock of the eligible sources without
-// lineage, in id order (FOR NO KEY UPDATE); then the second lookup and
-// the insert of every missing replay (job, ENQUEUED event, lineage) for
-// the locked sources, the classification read of the others, and COMMIT.
-// A source that an unlocked read finds eligible although the locking read
-// passed it by (it changed in between) is replayed on its own afterwards
-// by the single replay's bounded lock loop, as SucceededJob would (an
-// error there, such as job.replay_source_unstable, stops the action after
-// its chunk committed and before that chunk is reported).
+// size whatever the number of sources (a Stream is read a chunk at a
+// time). A chunk sends its statements in two round trips (three for a
+// filter, whose first selects the page, and counts the selection in the
+// first chunk with Count): the lineage lookup with the lock of the
+// eligible sources without lineage, in id order (FOR NO KEY UPDATE); then
+// the second lookup and the insert of every missing replay (job, ENQUEUED
+// event, lineage, the job type's definition read FOR SHARE) for the locked
+// sources, the classification read of the others, and COMMIT. A source
+// that an unlocked read finds eligible although the locking read passed
+// it by (it changed in between) is replayed on its own afterwards by the
+// single replay's bounded lock loop, as SucceededJob would (an error
+// there, such as job.replay_source_unstable, stops the action after its
+// chunk committed and before that chunk is reported).
+//
+// Deadlocks: the lock order (sources by id, then definitions) means
+// chunks, and single replays (which lock one source), wait for each other
+// instead of deadlocking. It does not rule out a deadlock with a caller's
+// own transaction that holds locks the chunk wants and then waits for one
+// the chunk holds: one that replays two sources (SucceededJobTx) in
+// descending id order, or that updates a job definition and then replays
+// a job of that type. PostgreSQL aborts one of the two (40P01); when it
+// is the chunk, the chunk rolls back and runs again (BulkChunk.Attempts),
+// at most three times in all; when it is the caller's transaction, the
+// caller gets db.transient.
 //
 // onChunk (may be nil) is called after each chunk ends, committed or, in a
 // dry run, rolled back; an error from it stops the action and is
-// returned. A chunk that fails with a deadlock (which the lock order
-// rules out between bulk and single replays, but not against every other
-// writer) rolls back and runs again, at most three times. Any other error
-// stops the action: the chunks before it stay committed, the failed one
-// wrote nothing (or, for a failed COMMIT, runledger.ErrCommitUnconfirmed,
-// may have), and running the same request again resumes. A canceled ctx
-// stops the action once the current chunk has committed or rolled back
-// (a statement waiting on a lock is canceled); the error then wraps
-// ctx.Err(). With Rate set, Bulk waits between chunks so that replays are
-// inserted at most Rate per second.
+// returned. Any other error stops the action: the chunks before it stay
+// committed, the failed one wrote nothing (or, for a failed COMMIT,
+// runledger.ErrCommitUnconfirmed, may have), and running the same request
+// again resumes. Closing req.Stop stops it softly: the chunk in flight
+// commits and is reported, no other begins, and the error matches
+// ErrBulkStopped. A canceled ctx stops it at once: a statement in flight
+// (one waiting on a lock, say) is canceled, the open chunk rolls back,
+// and the error wraps ctx.Err().
+//
+// With Rate set, inserts are throttled by a token bucket of one chunk's
+// worth (ChunkSize, lowered to Rate when Rate is smaller) refilled at
+// Rate per second from the last insert: a chunk begins once the bucket
+// holds a token for each of its sources, a source replayed on its own
+// once it holds one, and what was inserted takes its tokens when its
+// transaction ends. So a rerun that walks sources already replayed (or
+// refused ones) goes at full speed without building credit, and the
+// inserts after it still come at most Rate per second, never more than
+// one chunk at once. A dry run is not throttled.
 func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest, onChunk func(BulkChunk) error) (BulkSummary, error) {
-	var total BulkSummary
 	if err := req.Validate(); err != nil {
-		return total, err
+		return BulkSummary{}, err
 	}
-	b := &bulk{pool: pool, req: req, start: time.Now(), onChunk: onChunk}
-	if req.Filter != nil {
-		return b.byFilter(ctx)
+	a := &bulkAction{pool: pool, req: req}
+	sp := bulk.Spec[Source, BulkResult]{
+		Pool: pool, Op: bulkOperation, Label: req.Key,
+		ChunkSize: req.ChunkSize, Rate: req.Rate, DryRun: req.DryRun, Stop: req.Stop,
+		Chunk: a.chunk, One: a.single,
+		Outcomes: len(bulkOutcomes),
+		Outcome:  func(r BulkResult) int { return outcomeIndex(r.Result) },
+		Wrote:    func(r BulkResult) bool { return r.Result == BulkInserted },
 	}
-	return b.byList(ctx)
+	if sp.ChunkSize == 0 {
+		sp.ChunkSize = DefaultBulkChunk
+	}
+	switch {
+	case req.Filter != nil:
+		sp.Filter = &bulk.Filter[Source]{Page: a.page, Until: req.Filter.SucceededUntil, Limit: req.Filter.Limit, Count: req.Count}
+	case req.Sources != nil:
+		sp.List, sp.Expected = sourcesOf(req.Sources), len(req.Sources)
+	default:
+		sp.List = req.Stream
+	}
+	t, err := bulk.Run(ctx, sp, func(c bulk.Chunk[BulkResult]) error {
+		if onChunk == nil {
+			return nil
+		}
+		return onChunk(BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Total: summaryOf(c.Totals),
+			Elapsed: c.Elapsed, Expected: c.Expected, SucceededUntil: c.Until})
+	})
+	return summaryOf(t), err
 }
 
 // BulkCount returns how many sources the request selects now, for a
 // progress total: len(Sources) for a list, and for a filter the number of
 // jobs it matches (at most Limit), counted on q (a pool, connection or
-// transaction) without a lock. It validates the request first.
+// transaction) without a lock, with an open SucceededUntil read as the
+// database's time now. It validates the request first; a Stream cannot
+// be counted (job.replay_bulk_selection_invalid).
+//
+// For a filter it is one statement that reads every selected job and
+// probes its lineage: its cost grows with the selection (see
+// docs/PERFORMANCE.md), and it runs before the action, not in it. To
+// count inside the action, under the bound the action pins, set
+// BulkRequest.Count instead.
 func BulkCount(ctx context.Context, q db.DBTX, req BulkRequest) (int, error) {
 	q = txn.Wrap(q)
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
+	if req.Stream != nil {
+		return 0, errBulkSelection.New("bulk replay source stream cannot be counted before it is read")
+	}
 	if req.Filter == nil {
 		return len(req.Sources), nil
 	}
-	f := req.Filter
-	max := int32(math.MaxInt32)
-	if f.Limit > 0 && f.Limit < math.MaxInt32 {
-		max = int32(f.Limit)
-	}
-	var n int64
-	var err error
-	if org := req.Scope.OrganizationIDPtr(); org != nil {
-		n, err = queries.JobCountSucceededForReplayOrg(ctx, q, db.JobCountSucceededForReplayOrgParams{
-			JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: f.SucceededUntil,
-			ReplayRequestKey: req.Key, MaxJobs: max,
-		})
-	} else {
-		n, err = queries.JobCountSucceededForReplayGlobal(ctx, q, db.JobCountSucceededForReplayGlobalParams{
-			JobType: f.JobType, Since: f.SucceededSince, Until: f.SucceededUntil,
-			ReplayRequestKey: req.Key, MaxJobs: max,
-		})
-	}
+	n, err := countSelection(ctx, q, req, req.Filter.SucceededUntil)
 	if err != nil {
 		return 0, dberr.Translate(ctx, "count bulk job replay sources", err)
 	}
-	return int(n), nil
+	return n, nil
 }

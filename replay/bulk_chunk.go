@@ -3,6 +3,8 @@ package replay
 import (
 	"context"
 	"errors"
+	"iter"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/bulk"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
@@ -21,162 +24,44 @@ import (
 // internal/txn's failpoints.
 const bulkOperation = "bulk job replay"
 
-// bulkDeadlockAttempts bounds how often a chunk runs when it fails with a
-// deadlock.
-const bulkDeadlockAttempts = 3
-
-// bulk is one running action.
-type bulk struct {
-	pool    *pgxpool.Pool
-	req     BulkRequest
-	start   time.Time
-	onChunk func(BulkChunk) error
-	total   BulkSummary
-	index   int
+// bulkAction is one running Bulk: the operation's part of the engine's
+// spec (internal/bulk), which does the selection, chunking, throttle,
+// deadlock retry and reporting.
+type bulkAction struct {
+	pool *pgxpool.Pool
+	req  BulkRequest
 }
 
-// cursor is where a filter's next page starts: after the last source
-// selected (nil before the first page).
-type cursor struct {
-	finishedAt *time.Time
-	id         *uuid.UUID
-}
-
-// retrySource is a source of a chunk to replay on its own after the
-// chunk's transaction: the locking read passed it by, yet the unlocked
-// read after it found it eligible.
-type retrySource struct {
-	index int // in the chunk's results
-	src   Source
-}
-
-func (b *bulk) byList(ctx context.Context) (BulkSummary, error) {
-	n := b.req.chunkSize()
-	for i := 0; i < len(b.req.Sources); i += n {
-		chunk := b.req.Sources[i:min(i+n, len(b.req.Sources))]
-		if _, _, err := b.chunk(ctx, chunk, cursor{}); err != nil {
-			return b.total, err
-		}
-	}
-	return b.total, nil
-}
-
-func (b *bulk) byFilter(ctx context.Context) (BulkSummary, error) {
-	n := b.req.chunkSize()
-	remaining := b.req.Filter.Limit
-	var after cursor
-	for {
-		size := n
-		if b.req.Filter.Limit > 0 {
-			if remaining == 0 {
-				break
+// sourcesOf yields a Sources list as the engine reads a list.
+func sourcesOf(list []Source) iter.Seq2[Source, error] {
+	return func(yield func(Source, error) bool) {
+		for _, s := range list {
+			if !yield(s, nil) {
+				return
 			}
-			size = min(size, remaining)
 		}
-		page := make([]Source, 0, size) // the chunk fills it
-		got, next, err := b.chunk(ctx, page, after)
-		if err != nil {
-			return b.total, err
-		}
-		remaining -= got
-		if got < size {
-			break
-		}
-		after = next
-	}
-	return b.total, nil
-}
-
-// chunk runs one chunk, reports it and returns the number of sources it
-// held. For a filter, sources is an empty slice whose capacity is the page
-// size, after the page's cursor; the chunk selects its sources first.
-func (b *bulk) chunk(ctx context.Context, sources []Source, after cursor) (int, cursor, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, after, dberr.Translate(ctx, bulkOperation, err)
-	}
-	if err := b.throttle(ctx); err != nil {
-		return 0, after, err
-	}
-	var (
-		results []BulkResult
-		retry   []retrySource
-		next    cursor
-		err     error
-	)
-	for attempt := 1; ; attempt++ {
-		results, retry, next, err = b.runChunk(ctx, sources, after)
-		var re *runledger.Error
-		if err == nil || attempt == bulkDeadlockAttempts || !errors.As(err, &re) || re.SQLState != "40P01" {
-			break
-		}
-	}
-	if err != nil {
-		return 0, after, err
-	}
-	if len(results) == 0 {
-		return 0, after, nil
-	}
-	for _, r := range retry {
-		res, err := b.single(ctx, r.src)
-		if err != nil {
-			return 0, after, err
-		}
-		results[r.index] = res
-	}
-	for _, r := range results {
-		b.total.add(r.Result)
-	}
-	c := BulkChunk{Index: b.index, Results: results, Total: b.total, Elapsed: time.Since(b.start)}
-	b.index++
-	if b.onChunk != nil {
-		if err := b.onChunk(c); err != nil {
-			return len(results), next, err
-		}
-	}
-	failpoint.Inject(ctx, fpBulkAfterChunk, bulkCall{Key: b.req.Key, Chunk: c.Index})
-	return len(results), next, nil
-}
-
-// throttle waits, when the request sets a rate, until the replays inserted
-// so far are within it. A dry run inserts nothing and is not throttled.
-func (b *bulk) throttle(ctx context.Context) error {
-	if b.req.Rate <= 0 || b.total.Inserted == 0 || b.req.DryRun {
-		return nil
-	}
-	due := b.start.Add(time.Duration(float64(b.total.Inserted) / float64(b.req.Rate) * float64(time.Second)))
-	wait := time.Until(due)
-	if wait <= 0 {
-		return nil
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return dberr.Translate(ctx, bulkOperation, ctx.Err())
-	case <-t.C:
-		return nil
 	}
 }
 
-// runChunk runs one chunk's transaction: for a filter, BEGIN and the page
-// selection; then [BEGIN,] the lookup and lock; then the insert for the
-// locked sources, the classification read of the others and COMMIT (not
-// in a dry run, which End rolls back). It returns the results in source
-// order, the sources to replay on their own, and the filter's next cursor.
-func (b *bulk) runChunk(ctx context.Context, sources []Source, after cursor) ([]BulkResult, []retrySource, cursor, error) {
-	s, err := txn.Own(ctx, b.pool, bulkOperation)
-	if err != nil {
-		return nil, nil, after, err
-	}
-	defer s.End(ctx)
+// chunk runs one chunk's transaction on c.Session (for a filter, its page
+// is already selected in it): [BEGIN,] the lookup and lock; then the
+// insert for the locked sources, the classification read of the others
+// and COMMIT (not in a dry run, which End rolls back). It returns the
+// results in source order and hands back the sources to replay on their
+// own (the locking read passed them by, yet the unlocked read after it
+// found them eligible).
+func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (bulk.Done[Source, BulkResult], error) {
+	var none bulk.Done[Source, BulkResult]
+	s := c.Session
 	org := b.req.Scope.OrganizationIDPtr()
-	next := after
-	if b.req.Filter != nil {
-		sources, next, err = b.selectPage(ctx, s, sources[:0], after)
-		if err != nil || len(sources) == 0 {
-			return nil, nil, after, err
+	if b.req.Filter == nil {
+		seen := make(map[uuid.UUID]struct{}, len(sources))
+		for _, src := range sources {
+			if _, dup := seen[src.JobID]; dup {
+				return none, errBulkDuplicate.Newf("bulk replay source stream names job %s twice in chunk %d", src.JobID, c.Index+1)
+			}
+			seen[src.JobID] = struct{}{}
 		}
-		failpoint.Inject(ctx, fpBulkAfterSelect, bulkCall{Key: b.req.Key, Chunk: b.index})
 	}
 
 	ids := make([]uuid.UUID, len(sources))
@@ -191,25 +76,25 @@ func (b *bulk) runChunk(ctx context.Context, sources []Source, after cursor) ([]
 		})
 	})
 	if err := bt.Send(ctx); err != nil {
-		return nil, nil, after, err
+		return none, err
 	}
 	if len(lock.Val) != len(sources) {
-		return nil, nil, after, errs.Invariantf("bulk source lock returned %d rows for %d sources", len(lock.Val), len(sources))
+		return none, errs.Invariantf("bulk source lock returned %d rows for %d sources", len(lock.Val), len(sources))
 	}
-	failpoint.Inject(ctx, fpBulkAfterLock, bulkCall{Key: b.req.Key, Chunk: b.index})
+	failpoint.Inject(ctx, fpBulkAfterLock, c.Failpoint())
 
 	results := make([]BulkResult, len(sources))
 	var lockedAt, classifyAt []int
 	for i, row := range lock.Val {
 		src := sources[i]
 		if row.SourceJobID != src.JobID || row.SourceRunNumber != src.ExpectedRunNumber {
-			return nil, nil, after, errs.Invariant("bulk source lock returned its rows out of order")
+			return none, errs.Invariant("bulk source lock returned its rows out of order")
 		}
 		results[i] = BulkResult{SourceJobID: src.JobID, SourceRunNumber: src.ExpectedRunNumber}
 		switch {
 		case row.ReplayJobID != nil:
 			if row.Reason == nil || row.Locked {
-				return nil, nil, after, errs.Invariant("bulk source lock locked a source with lineage, or returned lineage without its reason")
+				return none, errs.Invariant("bulk source lock locked a source with lineage, or returned lineage without its reason")
 			}
 			b.found(&results[i], *row.ReplayJobID, *row.Reason)
 		case row.Locked:
@@ -231,8 +116,9 @@ func (b *bulk) runChunk(ctx context.Context, sources []Source, after cursor) ([]
 		newIDs = make([]uuid.UUID, len(lockedAt))
 		for k, i := range lockedAt {
 			lockedIDs[k], lockedRuns[k] = ids[i], runs[i]
+			var err error
 			if newIDs[k], err = uuid.NewV7(); err != nil {
-				return nil, nil, after, errs.JobIDFailed.New("generate replay job id: " + err.Error())
+				return none, errs.JobIDFailed.New("generate replay job id: " + err.Error())
 			}
 		}
 		insert = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkInsertRow, error) {
@@ -253,21 +139,21 @@ func (b *bulk) runChunk(ctx context.Context, sources []Source, after cursor) ([]
 			})
 		})
 	}
-	if !b.req.DryRun {
+	if !c.DryRun {
 		bt.Commit(ctx)
 	}
-	if insert != nil || classify != nil || !b.req.DryRun {
+	if insert != nil || classify != nil || !c.DryRun {
 		if err := bt.Send(ctx); err != nil {
-			return nil, nil, after, err
+			return none, err
 		}
 	}
 
 	if insert != nil {
 		if err := b.inserted(results, lockedAt, newIDs, insert.Val); err != nil {
-			return nil, nil, after, err
+			return none, err
 		}
 	}
-	var retry []retrySource
+	var later []bulk.Later[Source]
 	if classify != nil {
 		actual := make(map[uuid.UUID]db.JobGetForBulkReplayClassificationRow, len(classify.Val))
 		for _, row := range classify.Val {
@@ -291,63 +177,108 @@ func (b *bulk) runChunk(ctx context.Context, sources []Source, after cursor) ([]
 			case row.WorkflowManaged:
 				results[i].Result = BulkWorkflowManaged
 			default:
-				retry = append(retry, retrySource{index: i, src: Source{JobID: ids[i], ExpectedRunNumber: expected}})
+				later = append(later, bulk.Later[Source]{Index: i, Source: Source{JobID: ids[i], ExpectedRunNumber: expected}})
 			}
 		}
 	}
-	return results, retry, next, nil
+	return bulk.Done[Source, BulkResult]{Results: results, Later: later}, nil
 }
 
-// selectPage selects a filter's next page of sources into page (up to its
-// capacity) in the session's transaction, and returns it with the cursor
-// after it.
-func (b *bulk) selectPage(ctx context.Context, s *txn.Session, page []Source, after cursor) ([]Source, cursor, error) {
+// page selects a filter's next page (at most q.Max sources after
+// q.After, below q.Until or, on the first page of an open-ended filter,
+// below now(), which it returns) in the session's transaction, in one
+// round trip with BEGIN; on the first page with q.Count, the count of the
+// whole selection under the same bound rides the same round trip.
+func (b *bulkAction) page(ctx context.Context, s *txn.Session, q bulk.PageQuery) (bulk.Page[Source], error) {
 	f := b.req.Filter
-	max := int32(cap(page))
+	var page bulk.Page[Source]
+	var afterAt *time.Time
+	var afterID *uuid.UUID
+	if q.After != nil {
+		at, id := q.After.At, q.After.ID
+		afterAt, afterID = &at, &id
+	}
 	bt := s.Batch(ctx)
+	var count *txn.Step[int]
+	if q.Count {
+		count = txn.Queue(bt, "count bulk job replay sources", func(d db.DBTX) (int, error) {
+			return countSelection(ctx, d, b.req, q.Until)
+		})
+	}
 	// Both scopes' statements return the same columns; each has its own
 	// statement so that it matches its index.
-	st := txn.Queue(bt, "select bulk job replay sources", func(q db.DBTX) ([]pageRow, error) {
+	st := txn.Queue(bt, "select bulk job replay sources", func(d db.DBTX) ([]pageRow, error) {
 		var out []pageRow
 		if org := b.req.Scope.OrganizationIDPtr(); org != nil {
-			rs, err := queries.JobListSucceededForReplayOrg(ctx, q, db.JobListSucceededForReplayOrgParams{
-				JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: f.SucceededUntil,
-				AfterFinishedAt: after.finishedAt, AfterID: after.id, ReplayRequestKey: b.req.Key, MaxJobs: max,
+			rs, err := queries.JobListSucceededForReplayOrg(ctx, d, db.JobListSucceededForReplayOrgParams{
+				JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: q.Until,
+				AfterFinishedAt: afterAt, AfterID: afterID, ReplayRequestKey: b.req.Key, MaxJobs: int32(q.Max),
 			})
 			for _, r := range rs {
-				out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt})
+				out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt, r.SelectionUntil})
 			}
 			return out, err
 		}
-		rs, err := queries.JobListSucceededForReplayGlobal(ctx, q, db.JobListSucceededForReplayGlobalParams{
-			JobType: f.JobType, Since: f.SucceededSince, Until: f.SucceededUntil,
-			AfterFinishedAt: after.finishedAt, AfterID: after.id, ReplayRequestKey: b.req.Key, MaxJobs: max,
+		rs, err := queries.JobListSucceededForReplayGlobal(ctx, d, db.JobListSucceededForReplayGlobalParams{
+			JobType: f.JobType, Since: f.SucceededSince, Until: q.Until,
+			AfterFinishedAt: afterAt, AfterID: afterID, ReplayRequestKey: b.req.Key, MaxJobs: int32(q.Max),
 		})
 		for _, r := range rs {
-			out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt})
+			out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt, r.SelectionUntil})
 		}
 		return out, err
 	})
 	if err := bt.Send(ctx); err != nil {
-		return nil, after, err
+		return page, err
 	}
+	if count != nil {
+		page.Count, page.Counted = count.Val, true
+	}
+	page.Sources = make([]Source, 0, len(st.Val))
 	for _, r := range st.Val {
-		page = append(page, Source{JobID: r.id, ExpectedRunNumber: r.run})
-		after = cursor{finishedAt: &r.finishedAt, id: &r.id}
+		page.Sources = append(page.Sources, Source{JobID: r.id, ExpectedRunNumber: r.run})
+		page.Next = bulk.Cursor{At: r.finishedAt, ID: r.id}
+		page.Until = r.until
 	}
-	return page, after, nil
+	return page, nil
 }
 
-// pageRow is one source a filter page selected.
+// pageRow is one source a filter page selected, with the upper bound the
+// page used.
 type pageRow struct {
 	id         uuid.UUID
 	run        int32
 	finishedAt time.Time
+	until      time.Time
+}
+
+// countSelection counts the request's filter selection from the start,
+// at most its Limit, below until (nil: now()) on q.
+func countSelection(ctx context.Context, q db.DBTX, req BulkRequest, until *time.Time) (int, error) {
+	f := req.Filter
+	max := int32(math.MaxInt32)
+	if f.Limit > 0 && f.Limit < math.MaxInt32 {
+		max = int32(f.Limit)
+	}
+	var n int64
+	var err error
+	if org := req.Scope.OrganizationIDPtr(); org != nil {
+		n, err = queries.JobCountSucceededForReplayOrg(ctx, q, db.JobCountSucceededForReplayOrgParams{
+			JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: until,
+			ReplayRequestKey: req.Key, MaxJobs: max,
+		})
+	} else {
+		n, err = queries.JobCountSucceededForReplayGlobal(ctx, q, db.JobCountSucceededForReplayGlobalParams{
+			JobType: f.JobType, Since: f.SucceededSince, Until: until,
+			ReplayRequestKey: req.Key, MaxJobs: max,
+		})
+	}
+	return int(n), err
 }
 
 // found sets the result of a source whose lineage was found: existing when
 // its reason is the request's, a conflict otherwise.
-func (b *bulk) found(r *BulkResult, replayID uuid.UUID, reason string) {
+func (b *bulkAction) found(r *BulkResult, replayID uuid.UUID, reason string) {
 	if reason != b.req.Reason {
 		r.Result = BulkConflict
 		return
@@ -358,7 +289,7 @@ func (b *bulk) found(r *BulkResult, replayID uuid.UUID, reason string) {
 
 // inserted sets the results of the locked sources from the insert's rows
 // (one per locked source, in order) and checks what was written.
-func (b *bulk) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID, rows []db.JobReplayBulkInsertRow) error {
+func (b *bulkAction) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID, rows []db.JobReplayBulkInsertRow) error {
 	if len(rows) != len(lockedAt) {
 		return errs.Invariantf("bulk replay insert returned %d rows for %d locked sources", len(rows), len(lockedAt))
 	}
@@ -392,7 +323,7 @@ func (b *bulk) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID
 // single replays one source on its own with the single replay's lock loop
 // (in a transaction that rolls back, in a dry run) and turns its verdict
 // into a result.
-func (b *bulk) single(ctx context.Context, src Source) (BulkResult, error) {
+func (b *bulkAction) single(ctx context.Context, src Source) (BulkResult, error) {
 	req := Request{Scope: b.req.Scope, SourceJobID: src.JobID, ExpectedRunNumber: src.ExpectedRunNumber, Key: b.req.Key, Reason: b.req.Reason}
 	var (
 		out Outcome

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 	"testing"
@@ -460,29 +461,69 @@ func TestBulkCancelStopsAfterTheChunk(t *testing.T) {
 	}
 }
 
-// TestBulkRateThrottlesInserts replays 30 sources at 20 per second: chunks
-// hold at most 20 sources, and the second waits until the first's 20
-// replays are a second old.
-func TestBulkRateThrottlesInserts(t *testing.T) {
-	t.Parallel()
-	ctx := testdb.Context(t)
+type rateMarker struct{}
+
+// TestBulkRateIsATokenBucketFromTheLastInsert resumes a throttled action
+// (20 per second) over 2,000 sources already replayed, then 60 new ones,
+// of which one chunk's 20 change under the chunk and are replayed on
+// their own: walking the existing sources waits for nothing and builds no
+// credit, and the replays' created_at, as the database wrote them, never
+// burst beyond the bucket: at most 20 + 20/s × span in any span.
+func TestBulkRateIsATokenBucketFromTheLastInsert(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), rateMarker{}, true)
 	pool := testdb.New(t)
 	scope := runledger.Global()
-	ids := seedSucceeded(t, pool, scope, "email", 30, time.Now().Add(-time.Hour))
+	done := seedSucceeded(t, pool, scope, "email", 2000, time.Now().Add(-time.Hour))
+	fresh := seedSucceeded(t, pool, scope, "email", 60, time.Now().Add(-time.Hour))
+	const key, rate = "resume", 20
+	if sum, _ := collect(t, ctx, pool, replay.BulkRequest{Scope: scope, Key: key, Reason: "r", Sources: listOf(done, 1)}); sum.Inserted != 2000 {
+		t.Fatalf("first run %+v", sum)
+	}
+	// The second chunk of new sources (chunk 101) is PENDING when the chunk
+	// locks and SUCCEEDED again when it classifies: the single replay does
+	// each of its 20.
+	changing := fresh[20:40]
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING' WHERE id = ANY($1)`, changing)
+	mine := func(ctx context.Context) bool { return ctx.Value(rateMarker{}) != nil }
+	defer failpoint.EnableFor(replay.FailpointBulkAfterLock, func(ctx context.Context, arg any) {
+		if c := arg.(replay.BulkCall); mine(ctx) && c.Chunk == 101 && c.Attempt == 1 {
+			testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED' WHERE id = ANY($1)`, changing)
+		}
+	}, mine)()
+
 	var sizes []int
-	var last time.Duration
-	start := time.Now()
-	sum, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "k", Reason: "r", Sources: listOf(ids, 1), Rate: 20},
+	started := time.Now()
+	sum, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: key, Reason: "r", Sources: listOf(append(done, fresh...), 1), Rate: rate},
 		func(c replay.BulkChunk) error {
 			sizes = append(sizes, len(c.Results))
-			last = c.Elapsed
 			return nil
 		})
-	if err != nil || sum.Inserted != 30 {
-		t.Fatalf("%+v, %v", sum, err)
+	if err != nil || sum.Existing != 2000 || sum.Inserted != 60 {
+		t.Fatalf("throttled rerun %+v, %v", sum, err)
 	}
-	if fmt.Sprint(sizes) != "[20 10]" || last < time.Second || time.Since(start) < time.Second {
-		t.Fatalf("chunks %v, last ended %s after the start: want [20 10], at least 1s", sizes, last)
+	if len(sizes) != 103 || sizes[0] != rate {
+		t.Fatalf("chunk sizes %v, want 103 chunks of %d", sizes, rate)
+	}
+	created := testdb.Column[time.Time](t, pool, `
+		SELECT q.created_at FROM job_replays r JOIN job_queue q ON q.id = r.replay_job_id
+		WHERE r.replay_request_key = $1 AND r.source_job_id = ANY($2) ORDER BY q.created_at`, key, fresh)
+	if len(created) != 60 {
+		t.Fatalf("%d replays of the new sources, want 60", len(created))
+	}
+	if created[0].Before(started.Add(-time.Second)) {
+		t.Fatalf("first replay at %s, before the action began (%s)", created[0], started)
+	}
+	// The bucket: n replays within a span of s seconds need n <= 20 + 20 s.
+	// The tolerance covers the rounding of the database's clock.
+	const tolerance = 2 * time.Millisecond
+	for i := range created {
+		for j := i + rate; j < len(created); j++ {
+			span := created[j].Sub(created[i]) + tolerance
+			if n := j - i + 1; float64(n) > rate+rate*span.Seconds() {
+				t.Fatalf("replays %d to %d (%d of them) within %s: a burst beyond the bucket of %d at %d/s",
+					i, j, n, created[j].Sub(created[i]), rate, rate)
+			}
+		}
 	}
 }
 
@@ -541,5 +582,179 @@ func TestBulkSourceThatChangesUnderTheChunkIsReplayedOnItsOwn(t *testing.T) {
 	}
 	if run := testdb.Scalar[int32](t, pool, `SELECT source_run_number FROM job_replays WHERE source_job_id = $1 AND replay_request_key = 'filter'`, ids[2]); run != 2 {
 		t.Fatalf("lineage of the moved source at run %d, want 2", run)
+	}
+}
+
+type pinMarker struct{}
+
+// TestBulkOpenFilterPinsItsUpperBound lets three jobs of the type succeed
+// after an open-ended filter's first chunk: they are not selected (nor
+// counted), every chunk reports the same bound, the database's time at
+// the first page, and a rerun with that bound is exactly the action
+// again, while a new open run selects them.
+func TestBulkOpenFilterPinsItsUpperBound(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), pinMarker{}, true)
+	pool := testdb.New(t)
+	scope := runledger.Organization(uuid.New())
+	seedSucceeded(t, pool, scope, "email", 6, time.Now().Add(-time.Hour))
+	late := seedSucceeded(t, pool, scope, "email", 3, time.Now().Add(-time.Hour))
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING', stage = 'queued', finished_at = NULL WHERE id = ANY($1)`, late)
+	mine := func(ctx context.Context) bool { return ctx.Value(pinMarker{}) != nil }
+	disable := failpoint.EnableFor(replay.FailpointBulkAfterChunk, func(ctx context.Context, arg any) {
+		if mine(ctx) && arg.(replay.BulkCall).Chunk == 0 {
+			testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED', stage = 'completed', finished_at = now() WHERE id = ANY($1)`, late)
+		}
+	}, mine)
+	req := replay.BulkRequest{Scope: scope, Key: "open", Reason: "r", Filter: &replay.Filter{JobType: "email"}, ChunkSize: 2, Count: true}
+	var bounds []time.Time
+	var expected []int
+	sum, err := replay.Bulk(ctx, pool, req, func(c replay.BulkChunk) error {
+		if c.SucceededUntil == nil {
+			return fmt.Errorf("chunk %d reports no bound", c.Index)
+		}
+		bounds = append(bounds, *c.SucceededUntil)
+		expected = append(expected, c.Expected)
+		return nil
+	})
+	disable()
+	if err != nil || sum.Selected != 6 || sum.Inserted != 6 {
+		t.Fatalf("open filter: %+v, %v; want the 6 jobs that had succeeded when it began", sum, err)
+	}
+	if len(bounds) != 3 || !bounds[0].Equal(bounds[1]) || !bounds[0].Equal(bounds[2]) || fmt.Sprint(expected) != "[6 6 6]" {
+		t.Fatalf("bounds %v, expected %v: want one bound and a count of 6 in every chunk", bounds, expected)
+	}
+	if first := testdb.Scalar[time.Time](t, pool, `SELECT min(finished_at) FROM job_queue WHERE id = ANY($1)`, late); !bounds[0].Before(first) {
+		t.Fatalf("bound %s is not before the late jobs' finish %s", bounds[0], first)
+	}
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_replays WHERE source_job_id = ANY($1)`, late); n != 0 {
+		t.Fatalf("%d late jobs replayed", n)
+	}
+
+	// The same action, bound given: nothing more.
+	pinned := req
+	pinned.Filter = &replay.Filter{JobType: "email", SucceededUntil: &bounds[0]}
+	if sum, _ := collect(t, ctx, pool, pinned); sum != (replay.BulkSummary{Selected: 6, Existing: 6}) {
+		t.Fatalf("rerun with the pinned bound: %+v", sum)
+	}
+	// A new open action: the late jobs too.
+	if sum, _ := collect(t, ctx, pool, req); sum != (replay.BulkSummary{Selected: 9, Existing: 6, Inserted: 3}) {
+		t.Fatalf("new open run: %+v", sum)
+	}
+}
+
+// TestBulkConcurrentOpenFiltersDoNotReplayEachOthersReplays runs two
+// open-ended actions over the same type under different keys, the second
+// inside the first, and lets every replay made so far succeed after each
+// one's first chunk: neither replays the other's replays.
+func TestBulkConcurrentOpenFiltersDoNotReplayEachOthersReplays(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), pinMarker{}, true)
+	pool := testdb.New(t)
+	scope := runledger.Global()
+	ids := seedSucceeded(t, pool, scope, "email", 6, time.Now().Add(-time.Hour))
+	mine := func(ctx context.Context) bool { return ctx.Value(pinMarker{}) != nil }
+	reqA := replay.BulkRequest{Scope: scope, Key: "action-a", Reason: "r", Filter: &replay.Filter{JobType: "email"}, ChunkSize: 2}
+	reqB := reqA
+	reqB.Key = "action-b"
+	var sumB replay.BulkSummary
+	var errB error
+	defer failpoint.EnableFor(replay.FailpointBulkAfterChunk, func(ctx context.Context, arg any) {
+		c := arg.(replay.BulkCall)
+		switch {
+		case !mine(ctx) || c.Chunk != 0:
+		case c.Label == reqA.Key:
+			sumB, errB = replay.Bulk(ctx, pool, reqB, nil)
+		case c.Label == reqB.Key:
+			testdb.Exec(t, pool, `
+				UPDATE job_queue SET status = 'SUCCEEDED', stage = 'completed', attempt = 1, finished_at = now()
+				WHERE id IN (SELECT replay_job_id FROM job_replays)`)
+		}
+	}, mine)()
+	sumA, errA := replay.Bulk(ctx, pool, reqA, nil)
+	if errA != nil || errB != nil {
+		t.Fatalf("A: %v; B: %v", errA, errB)
+	}
+	for name, s := range map[string]replay.BulkSummary{"A": sumA, "B": sumB} {
+		if s != (replay.BulkSummary{Selected: 6, Inserted: 6}) {
+			t.Errorf("action %s: %+v, want the 6 sources only", name, s)
+		}
+	}
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_replays WHERE source_job_id IN (SELECT replay_job_id FROM job_replays)`); n != 0 {
+		t.Fatalf("%d replays of replays", n)
+	}
+	assertReplayedOnce(t, pool, reqA.Key, ids)
+	assertReplayedOnce(t, pool, reqB.Key, ids)
+}
+
+// TestBulkStopEndsTheActionAfterTheChunkInFlight closes Stop while the
+// first chunk's transaction is open: that chunk commits and is reported,
+// no other begins, and the error matches ErrBulkStopped.
+func TestBulkStopEndsTheActionAfterTheChunkInFlight(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), pinMarker{}, true)
+	pool := testdb.New(t)
+	scope := runledger.Global()
+	ids := seedSucceeded(t, pool, scope, "email", 9, time.Now().Add(-time.Hour))
+	stop := make(chan struct{})
+	mine := func(ctx context.Context) bool { return ctx.Value(pinMarker{}) != nil }
+	defer failpoint.EnableFor(replay.FailpointBulkAfterLock, func(ctx context.Context, arg any) {
+		if mine(ctx) && arg.(replay.BulkCall).Chunk == 0 {
+			close(stop)
+		}
+	}, mine)()
+	var chunks []int
+	sum, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "stop", Reason: "r", Sources: listOf(ids, 1), ChunkSize: 4, Stop: stop},
+		func(c replay.BulkChunk) error {
+			chunks = append(chunks, c.Index)
+			return nil
+		})
+	if !errors.Is(err, replay.ErrBulkStopped) || sum != (replay.BulkSummary{Selected: 4, Inserted: 4}) || fmt.Sprint(chunks) != "[0]" {
+		t.Fatalf("stopped bulk: %+v, chunks %v, %v; want the first chunk only and ErrBulkStopped", sum, chunks, err)
+	}
+	if n := testdb.Count(t, pool, "job_replays"); n != 4 {
+		t.Fatalf("%d lineage rows, want the first chunk's 4", n)
+	}
+}
+
+// TestBulkStreamIsReadAChunkAtATime replays a Stream: it is pulled only a
+// chunk ahead, a job twice in different chunks is simply existing the
+// second time, and a job twice in one chunk stops the action with
+// job.replay_bulk_duplicate_source once the chunks before it committed.
+func TestBulkStreamIsReadAChunkAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	pool := testdb.New(t)
+	scope := runledger.Global()
+	ids := seedSucceeded(t, pool, scope, "email", 6, time.Now().Add(-time.Hour))
+	stream := func(list []uuid.UUID, pulled *int) iter.Seq2[replay.Source, error] {
+		return func(yield func(replay.Source, error) bool) {
+			for _, id := range list {
+				*pulled++
+				if !yield(replay.Source{JobID: id, ExpectedRunNumber: 1}, nil) {
+					return
+				}
+			}
+		}
+	}
+	pulled := 0
+	var ahead []int
+	list := append(append([]uuid.UUID{}, ids[:4]...), ids[0], ids[4], ids[5])
+	sum, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "stream", Reason: "r", Stream: stream(list, &pulled), ChunkSize: 2},
+		func(c replay.BulkChunk) error {
+			ahead = append(ahead, pulled-c.Total.Selected)
+			return nil
+		})
+	if err != nil || sum != (replay.BulkSummary{Selected: 7, Inserted: 6, Existing: 1}) {
+		t.Fatalf("stream: %+v, %v", sum, err)
+	}
+	for i, a := range ahead {
+		if a > 1 {
+			t.Fatalf("after chunk %d the stream was read %d sources ahead, want at most 1 (the next chunk's first)", i, a)
+		}
+	}
+	pulled = 0
+	dup := []uuid.UUID{ids[0], ids[1], ids[2], ids[2]}
+	sum, err = replay.Bulk(ctx, pool, replay.BulkRequest{Scope: scope, Key: "dup", Reason: "r", Stream: stream(dup, &pulled), ChunkSize: 2}, nil)
+	testdb.WantCode(t, err, "job.replay_bulk_duplicate_source")
+	if sum != (replay.BulkSummary{Selected: 2, Inserted: 2}) {
+		t.Fatalf("before the duplicate: %+v", sum)
 	}
 }

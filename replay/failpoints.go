@@ -30,23 +30,17 @@ const (
 	// fpAfterInsert: the replay, its event and lineage are written; in
 	// SucceededJob COMMIT is next (then txn's before-commit point).
 	fpAfterInsert = "replay/after-insert"
-	// fpBulkAfterSelect: a bulk chunk by filter has selected its page of
-	// sources (their runs read without a lock); the lookup and lock are
-	// next (fired with a bulkCall).
-	fpBulkAfterSelect = "replay/bulk-after-select"
 	// fpBulkAfterLock: a bulk chunk's lookup and lock round trip is in:
 	// the eligible sources without lineage are locked, nothing is written
-	// yet (fired with a bulkCall).
+	// yet (fired with the engine's bulk.FailpointCall, labelled with the
+	// request key). The engine's own points (internal/bulk) mark a
+	// filter's page selected and a chunk reported.
 	fpBulkAfterLock = "replay/bulk-after-lock"
-	// fpBulkAfterChunk: a bulk chunk has ended (committed, or rolled back
-	// in a dry run) and been reported; the next chunk is next (fired with
-	// a bulkCall).
-	fpBulkAfterChunk = "replay/bulk-after-chunk"
 )
 
 func init() {
 	failpoint.Declare(fpAfterLookup, fpBeforeSourceLock, fpAfterLockMiss, fpAfterSourceLock, fpAfterInsert,
-		fpBulkAfterSelect, fpBulkAfterLock, fpBulkAfterChunk)
+		fpBulkAfterLock)
 }
 
 // failpointCall identifies a replay request at a failpoint. Attempt is the
@@ -59,11 +53,4 @@ type failpointCall struct {
 
 func call(req Request, attempt int) failpointCall {
 	return failpointCall{SourceJobID: req.SourceJobID, Key: req.Key, Attempt: attempt}
-}
-
-// bulkCall identifies a bulk action's chunk at a failpoint: the action's
-// key and the chunk's index (from 0).
-type bulkCall struct {
-	Key   string
-	Chunk int
 }

@@ -1,31 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/replay"
 )
-
-// exitRefused is replay-bulk's exit code when at least one selected source
-// was refused (conflict, mismatch, not found, workflow-managed, definition
-// unavailable): the others are replayed, those are not.
-const exitRefused = 6
 
 // The validation codes replay-bulk shares with replay.BulkRequest.Validate,
 // for flag values it refuses with a message naming the flag: the library
@@ -41,14 +29,38 @@ const (
 	codeJobTypeBlank     runledger.Code = "job.job_type_blank"
 )
 
-// bulkInvalid returns a validation error (exit 2) with code.
-func bulkInvalid(code runledger.Code, format string, args ...any) error {
-	return errs.Validation(code, fmt.Sprintf(format, args...)).New("")
+// replayBulk is replay-bulk to the shared bulk runner: its outcomes in
+// summary order (inserted and existing are successes) and the flag that
+// pins a filter's upper bound.
+var replayBulk = bulkKind{
+	cmd: "replay-bulk",
+	outcomes: []string{string(replay.BulkInserted), string(replay.BulkExisting), string(replay.BulkConflict),
+		string(replay.BulkMismatch), string(replay.BulkNotFound), string(replay.BulkWorkflowManaged),
+		string(replay.BulkDefinitionUnavailable)},
+	accepted:  2,
+	untilFlag: "--succeeded-until",
 }
 
-// maxSourceLine is the longest --from line accepted, in bytes; a source
-// line is about 40.
-const maxSourceLine = 64 << 10
+// replaySources is the syntax of replay-bulk's --from lines: "UUID RUN".
+var replaySources = listSyntax[replay.Source]{
+	cmd: "replay-bulk", minLine: 35, // 32 hex digits, a blank, a digit and the newline
+	parse: func(f []string) (replay.Source, uuid.UUID, string) {
+		if len(f) != 2 {
+			return replay.Source{}, uuid.UUID{}, fmt.Sprintf("want \"UUID RUN\" separated by white space, got %s", clip(strings.Join(f, " ")))
+		}
+		id, err := uuid.Parse(f[0])
+		if err != nil {
+			return replay.Source{}, uuid.UUID{}, fmt.Sprintf("%s is not a UUID", clip(f[0]))
+		}
+		run, err := strconv.ParseInt(f[1], 10, 32)
+		if err != nil || run < 1 {
+			return replay.Source{}, uuid.UUID{}, fmt.Sprintf("run %s is not a positive integer", clip(f[1]))
+		}
+		return replay.Source{JobID: id, ExpectedRunNumber: int32(run)}, id, ""
+	},
+	duplicate: codeBulkDuplicate, empty: codeBulkSourcesEmpty,
+	once: "an action replays each job at most once",
+}
 
 var replayBulkCmd = &command{
 	name:    "replay-bulk",
@@ -68,27 +80,36 @@ Exactly one selection:
                 SUCCEEDED within [--succeeded-since, --succeeded-until), in
                 the order they finished, at most --limit of them (never the
                 replays made under K); the expected run is the run observed
-                when the source is locked. A filter that matches nothing
-                is not an error: a summary of zero, exit 0.
+                when the source is locked. Without --succeeded-until the
+                action pins it to the database's time at its start: jobs
+                that succeed while it runs are not selected. A filter that
+                matches nothing is not an error: a summary of zero, exit 0.
 The whole --from input is read and checked before any database work: a
 malformed line (the message names its line number), a duplicate job, an
-empty or unreadable file exits 2 and nothing is written.
+empty or unreadable file exits 2 and nothing is written. The list is not
+held in memory: it is checked in two passes (stdin is first copied to a
+temporary file) and read a chunk at a time as the action goes.
 
 The work goes in chunks of --chunk sources, each one transaction that
 commits on its own; no lock is held across chunks. Running the same command
 again is idempotent: what this key and reason already replayed is reported
 "existing" and only what is missing is replayed. So an action stopped by an
-error or by Ctrl-C is resumed by running the same command again. Ctrl-C
-finishes (or rolls back) the current chunk, then prints the command that
-resumes; a second Ctrl-C stops at once (the open chunk rolls back).
+error or by Ctrl-C is resumed by running the same command again (for a
+filter without --succeeded-until, with the bound it pinned, which the
+resume command shows). Ctrl-C lets the current chunk commit, then stops
+and prints the command that resumes; a second Ctrl-C stops at once (the
+open chunk rolls back).
 
 --rate N inserts at most N replays per second, to throttle what goes back on
-the queue. --dry-run runs every chunk and rolls it back: the counts say what
-would happen, nothing is written.
+the queue: never more than one chunk at once, and sources found existing
+or refused take nothing. --dry-run runs every chunk and rolls it back: the
+counts say what would happen, nothing is written.
 
 While it runs, stderr shows a progress bar (done/total, rate, ETA) when it
-is a terminal, else one line per chunk (without --json). At the end stdout
-gets a summary. With --json it is one line, the last on stdout:
+is a terminal and --json is not given, else one line per chunk (without
+--json). For a filter, only the bar counts the selection first (in the
+first chunk's transaction), which reads every selected job. At the end
+stdout gets a summary. With --json it is one line, the last on stdout:
   {"outcome":"bulk_replay","dry_run":false,"selected":N,"inserted":N,"existing":N,
    "conflict":N,"mismatch":N,"not_found":N,"workflow_managed":N,"definition_unavailable":N}
 --details adds one line per source before it, in the order processed; with
@@ -136,12 +157,15 @@ resumes.`,
 				org: *org, since: *since, until: *until, limit: *limit,
 				chunk: *chunk, rate: *rate, dryRun: *dryRun,
 			}
-			req, err := a.request(inv.stdin)
+			req, list, err := a.request(inv.stdin)
 			if err != nil {
 				return nil, err
 			}
+			if list != nil {
+				defer list.Close()
+			}
 			return validatedCall(ctx, inv, req, func(ctx context.Context, pool *pgxpool.Pool, req replay.BulkRequest) (result, error) {
-				return runBulk(ctx, inv, pool, req, *details)
+				return runReplayBulk(ctx, inv, pool, req, list, *details)
 			})
 		}
 	},
@@ -162,16 +186,17 @@ type bulkArgs struct {
 	dryRun       bool
 }
 
-// request checks the flags and reads the --from list, and returns the
-// request, or a validation error (exit 2) before any database work. The
-// caller still runs the request's own Validate, before connecting.
-func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, error) {
+// request checks the flags and the whole --from list, and returns the
+// request (a list's sources are streamed from the returned list, which the
+// caller closes), or a validation error (exit 2) before any database work.
+// The caller still runs the request's own Validate, before connecting.
+func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, *sourceList[replay.Source], error) {
 	req := replay.BulkRequest{
 		Scope: scopeFor(a.org), Key: a.key, Reason: a.reason,
 		ChunkSize: int(a.chunk), DryRun: a.dryRun,
 	}
 	if err := (replay.Request{Key: a.key, Reason: a.reason}).Validate(); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	var filterOnly []string
 	if a.since != nil {
@@ -185,32 +210,32 @@ func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, error) {
 	}
 	switch {
 	case a.fromSet && a.typeSet:
-		return req, usageErrorf("replay-bulk: --from and --type are two selections; give exactly one: --from FILE or a filter (--type T ...)")
+		return req, nil, usageErrorf("replay-bulk: --from and --type are two selections; give exactly one: --from FILE or a filter (--type T ...)")
 	case a.fromSet && len(filterOnly) > 0:
-		return req, usageErrorf("replay-bulk: %s belongs to a filter (--type T) and cannot be combined with --from", strings.Join(filterOnly, ", "))
+		return req, nil, usageErrorf("replay-bulk: %s belongs to a filter (--type T) and cannot be combined with --from", strings.Join(filterOnly, ", "))
 	case !a.fromSet && !a.typeSet && len(filterOnly) > 0:
-		return req, usageErrorf("replay-bulk: a filter needs --type T (%s given without it)", strings.Join(filterOnly, ", "))
+		return req, nil, usageErrorf("replay-bulk: a filter needs --type T (%s given without it)", strings.Join(filterOnly, ", "))
 	case !a.fromSet && !a.typeSet:
-		return req, usageErrorf("replay-bulk: missing selection: give --from FILE (- for stdin) or a filter --type T")
+		return req, nil, usageErrorf("replay-bulk: missing selection: give --from FILE (- for stdin) or a filter --type T")
 	}
 	if a.chunk < 1 {
-		return req, bulkInvalid(codeBulkChunk, "replay-bulk: --chunk must be a positive number of sources per transaction, got %d", a.chunk)
+		return req, nil, bulkInvalid(codeBulkChunk, "replay-bulk: --chunk must be a positive number of sources per transaction, got %d", a.chunk)
 	}
 	if a.rate != nil {
 		if *a.rate < 1 {
-			return req, bulkInvalid(codeBulkRate, "replay-bulk: --rate must be a positive number of replays per second, got %d (leave it out for no limit)", *a.rate)
+			return req, nil, bulkInvalid(codeBulkRate, "replay-bulk: --rate must be a positive number of replays per second, got %d (leave it out for no limit)", *a.rate)
 		}
 		req.Rate = int(*a.rate)
 	}
 	if a.typeSet {
 		if strings.TrimSpace(a.jobType) == "" {
-			return req, bulkInvalid(codeJobTypeBlank, "replay-bulk: --type must not be blank")
+			return req, nil, bulkInvalid(codeJobTypeBlank, "replay-bulk: --type must not be blank")
 		}
 		if a.limit != nil && *a.limit < 1 {
-			return req, bulkInvalid(codeBulkLimit, "replay-bulk: --limit must be a positive number of jobs, got %d (leave it out for no limit)", *a.limit)
+			return req, nil, bulkInvalid(codeBulkLimit, "replay-bulk: --limit must be a positive number of jobs, got %d (leave it out for no limit)", *a.limit)
 		}
 		if a.since != nil && a.until != nil && !a.since.Before(*a.until) {
-			return req, bulkInvalid(codeBulkRange, "replay-bulk: --succeeded-since %s is not before --succeeded-until %s: the range [since, until) selects nothing",
+			return req, nil, bulkInvalid(codeBulkRange, "replay-bulk: --succeeded-since %s is not before --succeeded-until %s: the range [since, until) selects nothing",
 				a.since.Format(time.RFC3339Nano), a.until.Format(time.RFC3339Nano))
 		}
 		f := &replay.Filter{JobType: a.jobType, SucceededSince: a.since, SucceededUntil: a.until}
@@ -218,394 +243,89 @@ func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, error) {
 			f.Limit = int(*a.limit)
 		}
 		req.Filter = f
-		return req, nil
+		return req, nil, nil
 	}
 	if a.from == "" {
-		return req, invalidArgf("replay-bulk: --from needs a file name, or - for stdin")
+		return req, nil, invalidArgf("replay-bulk: --from needs a file name, or - for stdin")
 	}
-	sources, err := readSourcesFrom(a.from, stdin)
+	list, err := openSourceList(replaySources, a.from, stdin)
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
-	req.Sources = sources
-	return req, nil
+	req.Stream = list.All()
+	return req, list, nil
 }
 
-// readSourcesFrom reads the source list from the file at path, or from
-// stdin when path is "-".
-func readSourcesFrom(path string, stdin io.Reader) ([]replay.Source, error) {
-	if path == "-" {
-		return readSources(stdin, "stdin")
+// runReplayBulk runs the action with the shared bulk runner: details on
+// stdout, progress on stderr, interrupts; it returns the summary. list is
+// the checked --from list the request streams (nil for a filter).
+func runReplayBulk(ctx context.Context, inv *invocation, pool *pgxpool.Pool, req replay.BulkRequest, list *sourceList[replay.Source], details bool) (result, error) {
+	r := newBulkRunner(inv, replayBulk, req.DryRun)
+	if list != nil {
+		r.setTotal(list.Len())
+		r.fromStdin = isStdin(inv.argv)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, invalidArgf("replay-bulk: cannot read --from %s: %s", path, pathErrorCause(err))
+	if req.Filter != nil {
+		r.openEnded = req.Filter.SucceededUntil == nil
+		req.Count = r.wantsCount()
 	}
-	defer f.Close()
-	return readSources(f, path)
-}
-
-// pathErrorCause is the reason a file operation failed, without the
-// operation and path the message already names.
-func pathErrorCause(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
-}
-
-// readSources parses a source list: one "UUID RUN" a line, separated by
-// white space; blank lines and lines whose first non-blank character is #
-// are skipped. RUN must be a positive integer. A job listed twice is an
-// error, whatever the runs: one action replays a job at most once. name
-// is how messages call the input. Every error is cli.invalid_argument and
-// names the line.
-func readSources(r io.Reader, name string) ([]replay.Source, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxSourceLine)
-	seen := map[uuid.UUID]int{}
-	var out []replay.Source
-	n := 0
-	bad := func(format string, args ...any) error {
-		return invalidArgf("replay-bulk: --from %s line %d: %s", name, n, fmt.Sprintf(format, args...))
-	}
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			return nil, bad("want \"UUID RUN\" separated by white space, got %s", clip(line))
-		}
-		id, err := uuid.Parse(f[0])
-		if err != nil {
-			return nil, bad("%s is not a UUID", clip(f[0]))
-		}
-		run, err := strconv.ParseInt(f[1], 10, 32)
-		if err != nil || run < 1 {
-			return nil, bad("run %s is not a positive integer", clip(f[1]))
-		}
-		if first, dup := seen[id]; dup {
-			return nil, bulkInvalid(codeBulkDuplicate, "replay-bulk: --from %s line %d: duplicate source: job %s is already on line %d (an action replays each job at most once)",
-				name, n, id, first)
-		}
-		seen[id] = n
-		out = append(out, replay.Source{JobID: id, ExpectedRunNumber: int32(run)})
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			n++
-			return nil, bad("line longer than %d bytes", maxSourceLine)
-		}
-		return nil, invalidArgf("replay-bulk: cannot read --from %s: %s", name, pathErrorCause(err))
-	}
-	if len(out) == 0 {
-		if n == 0 {
-			return nil, bulkInvalid(codeBulkSourcesEmpty, "replay-bulk: --from %s is empty: it lists no sources", name)
-		}
-		return nil, bulkInvalid(codeBulkSourcesEmpty, "replay-bulk: --from %s is empty: its %s are blank or comments, it lists no sources", name, plural(n, "line"))
-	}
-	return out, nil
-}
-
-// clip quotes s for a message, shortened to about 60 bytes.
-func clip(s string) string {
-	if len(s) > 60 {
-		s = s[:57] + "..."
-	}
-	return strconv.Quote(s)
-}
-
-// runBulk runs the action, streaming details on stdout and progress on
-// stderr, and returns the summary.
-func runBulk(ctx context.Context, inv *invocation, pool *pgxpool.Pool, req replay.BulkRequest, details bool) (result, error) {
-	rep := newBulkReporter(inv, req, details)
-	if rep.wantsTotal() {
-		total, err := replay.BulkCount(ctx, pool, req)
-		if err != nil {
-			return nil, rep.failed(ctx, err)
-		}
-		rep.start(total)
-	}
-	stopWatching := rep.watchInterrupt(ctx)
-	sum, err := replay.Bulk(ctx, pool, req, rep.chunk)
-	stopWatching()
-	rep.end()
-	if err != nil {
-		return nil, rep.failed(ctx, err)
-	}
-	return newBulkOutput(req, sum, rep.chunks, time.Since(rep.began)), nil
-}
-
-// bulkReporter shows an action's progress: the details on stdout, a
-// progress bar (stderr is a terminal) or a log line per chunk (it is not,
-// without --json) on stderr.
-type bulkReporter struct {
-	inv     *invocation
-	req     replay.BulkRequest
-	details bool
-	out     *bufio.Writer // stdout, flushed after each chunk
-	bar     bool          // draw a progress bar on stderr
-	log     bool          // print a line per chunk on stderr
-
-	mu     sync.Mutex // stderr
-	drawn  bool       // a bar is on the current stderr line
-	began  time.Time
-	last   time.Time
-	total  int
-	chunks int
-	sum    replay.BulkSummary
-}
-
-func newBulkReporter(inv *invocation, req replay.BulkRequest, details bool) *bulkReporter {
-	r := &bulkReporter{inv: inv, req: req, details: details, out: bufio.NewWriterSize(inv.stdout, 64<<10), began: time.Now()}
-	r.last = r.began
-	if isTerminal(inv.stderr) {
-		r.bar = true
-	} else {
-		r.log = !inv.asJSON()
-	}
-	return r
-}
-
-// wantsTotal reports whether progress needs the number of sources.
-func (r *bulkReporter) wantsTotal() bool { return r.bar || r.log }
-
-// start records the total and draws the empty bar.
-func (r *bulkReporter) start(total int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.total = total
-	r.began, r.last = time.Now(), time.Now()
-	if r.bar {
-		r.draw()
-	}
-}
-
-// chunk is Bulk's callback: it prints the chunk's details and progress.
-func (r *bulkReporter) chunk(c replay.BulkChunk) error {
-	now := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	took := now.Sub(r.last)
-	r.last = now
-	r.chunks++
-	r.sum = c.Total
-	if r.details && len(c.Results) > 0 {
-		r.clearBar()
-		for _, res := range c.Results {
-			if r.inv.asJSON() {
-				writeJSON(r.out, bulkDetail{SourceJobID: res.SourceJobID, SourceRunNumber: res.SourceRunNumber, Result: res.Result, ReplayJobID: res.ReplayJobID})
-			} else {
-				writeBulkDetail(r.out, res)
+	req.Stop = r.stop()
+	var sum replay.BulkSummary
+	err := r.run(ctx, func(ctx context.Context) error {
+		var err error
+		sum, err = replay.Bulk(ctx, pool, req, func(c replay.BulkChunk) error {
+			var show func(io.Writer, bool)
+			if details {
+				show = func(w io.Writer, asJSON bool) { writeBulkDetails(w, asJSON, c.Results) }
 			}
-		}
-		_ = r.out.Flush()
+			return r.chunk(progressOf(c), show)
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case r.bar:
-		r.draw()
-	case r.log:
-		r.logChunk(c, took)
-	}
-	return nil
+	return newBulkOutput(req, sum, r.chunks, r.elapsed()), nil
 }
 
-// logChunk prints one line for a finished chunk.
-func (r *bulkReporter) logChunk(c replay.BulkChunk, took time.Duration) {
-	var counts chunkCounts
+// progressOf is a replay chunk as the bulk runner shows it.
+func progressOf(c replay.BulkChunk) bulkProgress {
+	var chunk replay.BulkSummary
 	for _, res := range c.Results {
-		counts.add(res.Result)
-	}
-	what := "committed"
-	if r.req.DryRun {
-		what = "rolled back (dry run)"
-	}
-	done := c.Total.Selected
-	fmt.Fprintf(r.inv.stderr, "runledger replay-bulk: chunk %d %s: %s in %s (%s); %s done, %s sources/s\n",
-		c.Index+1, what, count(len(c.Results), "source"), roundDuration(took), counts.text(),
-		progressCount(done, r.total), groupDigits(perSecond(done, time.Since(r.began))))
-}
-
-// draw redraws the progress bar on the current stderr line.
-func (r *bulkReporter) draw() {
-	done := r.sum.Selected
-	total := max(r.total, done)
-	const width = 30
-	filled := width
-	pct := 100
-	if total > 0 {
-		filled = done * width / total
-		pct = done * 100 / total
-	}
-	elapsed := time.Since(r.began)
-	rate := perSecond(done, elapsed)
-	eta := "-"
-	switch {
-	case total == done:
-		eta = "0s"
-	case rate > 0:
-		left := time.Duration(float64(total-done) / float64(rate) * float64(time.Second))
-		eta = "<1s"
-		if left >= time.Second {
-			eta = left.Round(time.Second).String()
+		switch res.Result {
+		case replay.BulkInserted:
+			chunk.Inserted++
+		case replay.BulkExisting:
+			chunk.Existing++
+		case replay.BulkConflict:
+			chunk.Conflict++
+		case replay.BulkMismatch:
+			chunk.Mismatch++
+		case replay.BulkNotFound:
+			chunk.NotFound++
+		case replay.BulkWorkflowManaged:
+			chunk.WorkflowManaged++
+		case replay.BulkDefinitionUnavailable:
+			chunk.DefinitionUnavailable++
 		}
 	}
-	refused := r.sum.Selected - r.sum.Inserted - r.sum.Existing
-	line := fmt.Sprintf("replay-bulk [%s%s] %s %3d%%  %s/s  ETA %s", strings.Repeat("#", filled), strings.Repeat(".", width-filled),
-		progressCount(done, total), pct, groupDigits(rate), eta)
-	if refused > 0 {
-		line += fmt.Sprintf("  refused %s", groupDigits(refused))
-	}
-	if r.req.DryRun {
-		line += "  (dry run)"
-	}
-	fmt.Fprintf(r.inv.stderr, "\r\x1b[K%s", line)
-	r.drawn = true
+	return bulkProgress{index: c.Index, attempts: c.Attempts, counts: replayCounts(chunk), total: replayCounts(c.Total),
+		done: c.Total.Selected, expected: c.Expected, until: c.SucceededUntil}
 }
 
-// clearBar erases the bar so that other output starts on a clean line.
-func (r *bulkReporter) clearBar() {
-	if r.drawn {
-		fmt.Fprint(r.inv.stderr, "\r\x1b[K")
-		r.drawn = false
-	}
+// replayCounts is a summary's counts in the order of replayBulk.outcomes.
+func replayCounts(s replay.BulkSummary) []int {
+	return []int{s.Inserted, s.Existing, s.Conflict, s.Mismatch, s.NotFound, s.WorkflowManaged, s.DefinitionUnavailable}
 }
 
-// end leaves the bar's line (the last drawing stays) and flushes stdout.
-func (r *bulkReporter) end() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.drawn {
-		fmt.Fprintln(r.inv.stderr)
-		r.drawn = false
-	}
-	_ = r.out.Flush()
-}
-
-// watchInterrupt says on stderr, when ctx is cancelled (SIGINT, SIGTERM),
-// that the current chunk is being finished. The returned function stops
-// watching.
-func (r *bulkReporter) watchInterrupt(ctx context.Context) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			if !r.bar && !r.log {
-				return // --json: stderr carries only the final error
-			}
-			r.mu.Lock()
-			r.clearBar()
-			fmt.Fprintln(r.inv.stderr, "runledger replay-bulk: interrupted: finishing the current chunk; press Ctrl-C again to stop at once (the open chunk rolls back)")
-			r.mu.Unlock()
+// writeBulkDetails prints one --details line per result.
+func writeBulkDetails(w io.Writer, asJSON bool, results []replay.BulkResult) {
+	for _, res := range results {
+		if asJSON {
+			writeJSON(w, bulkDetail{SourceJobID: res.SourceJobID, SourceRunNumber: res.SourceRunNumber, Result: res.Result, ReplayJobID: res.ReplayJobID})
+		} else {
+			writeBulkDetail(w, res)
 		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
-// failed turns the error that stopped the action into the command's
-// error. An interrupt becomes cli.interrupted, naming what was done and
-// the command that resumes; for any other error after committed chunks, a
-// line before the error (not under --json) says they stay and how to
-// resume.
-func (r *bulkReporter) failed(ctx context.Context, err error) error {
-	resume := resumeCommand(r.inv.argv)
-	var notes []string
-	if r.req.Sources != nil && isStdin(r.inv.argv) {
-		notes = append(notes, "with the same list on stdin")
-	}
-	if strings.Contains(resume, "xxxxx") && !strings.Contains(strings.Join(r.inv.argv, " "), "xxxxx") {
-		notes = append(notes, "the database password is hidden")
-	}
-	if len(notes) > 0 {
-		resume += " (" + strings.Join(notes, "; ") + ")"
-	}
-	done := "no chunk was committed"
-	if r.req.DryRun {
-		done = "nothing was written (dry run)"
-	} else if r.chunks > 0 {
-		c := chunkCounts{r.sum}
-		done = fmt.Sprintf("the %s committed before stay (%s: %s)", count(r.chunks, "chunk"), count(r.sum.Selected, "source"), c.text())
-	}
-	if ctx.Err() != nil {
-		return &runledger.Error{
-			Code: "cli.interrupted", Category: runledger.CategoryInternal,
-			Message: fmt.Sprintf("replay-bulk: interrupted: %s; to resume, run the same command again: %s", done, resume),
-			Err:     err,
-		}
-	}
-	if r.chunks > 0 && !r.inv.asJSON() && !r.req.DryRun {
-		fmt.Fprintf(r.inv.stderr, "runledger replay-bulk: stopped by the error below; %s; to resume, run the same command again: %s\n", done, resume)
-	}
-	return err
-}
-
-// chunkCounts counts results by outcome.
-type chunkCounts struct {
-	replay.BulkSummary
-}
-
-func (c *chunkCounts) add(o replay.BulkOutcome) {
-	c.Selected++
-	switch o {
-	case replay.BulkInserted:
-		c.Inserted++
-	case replay.BulkExisting:
-		c.Existing++
-	case replay.BulkConflict:
-		c.Conflict++
-	case replay.BulkMismatch:
-		c.Mismatch++
-	case replay.BulkNotFound:
-		c.NotFound++
-	case replay.BulkWorkflowManaged:
-		c.WorkflowManaged++
-	case replay.BulkDefinitionUnavailable:
-		c.DefinitionUnavailable++
-	}
-}
-
-// text lists the outcomes that occurred: "inserted 998, existing 2".
-func (c chunkCounts) text() string {
-	var parts []string
-	for _, o := range bulkOutcomes(c.BulkSummary) {
-		if o.n > 0 {
-			parts = append(parts, o.name+" "+groupDigits(o.n))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// bulkOutcomes pairs each outcome's name with its count, in the order
-// the summary prints them.
-func bulkOutcomes(s replay.BulkSummary) []struct {
-	name string
-	n    int
-} {
-	return []struct {
-		name string
-		n    int
-	}{
-		{string(replay.BulkInserted), s.Inserted},
-		{string(replay.BulkExisting), s.Existing},
-		{string(replay.BulkConflict), s.Conflict},
-		{string(replay.BulkMismatch), s.Mismatch},
-		{string(replay.BulkNotFound), s.NotFound},
-		{string(replay.BulkWorkflowManaged), s.WorkflowManaged},
-		{string(replay.BulkDefinitionUnavailable), s.DefinitionUnavailable},
 	}
 }
 
@@ -677,14 +397,10 @@ func (o bulkOutput) text(w io.Writer) {
 		fmt.Fprintf(w, " (%s sources/s)", groupDigits(perSecond(o.Selected, o.elapsed)))
 	}
 	fmt.Fprintln(w, ".")
-	counts := bulkOutcomes(replay.BulkSummary{
+	writeBulkCounts(w, replayBulk.outcomes, replayCounts(replay.BulkSummary{
 		Inserted: o.Inserted, Existing: o.Existing, Conflict: o.Conflict, Mismatch: o.Mismatch,
 		NotFound: o.NotFound, WorkflowManaged: o.WorkflowManaged, DefinitionUnavailable: o.DefinitionUnavailable,
-	})
-	width := len(groupDigits(o.Selected))
-	for _, c := range counts {
-		fmt.Fprintf(w, "  %-22s  %*s\n", c.name, width, groupDigits(c.n))
-	}
+	}), o.Selected)
 	verb, existing := "are replayed", "already replayed under this key"
 	if o.DryRun {
 		verb = "would be replayed"
@@ -699,112 +415,4 @@ func (o bulkOutput) text(w io.Writer) {
 		fmt.Fprintf(w, "%s of %s refused (exit %d; --details lists them); the other %s %s.\n",
 			groupDigits(o.refused()), count(o.Selected, "source"), exitRefused, groupDigits(o.Inserted+o.Existing), verb)
 	}
-}
-
-// resumeCommand is the command line that resumes the action: the same
-// one, shell-quoted, with a database URL's password hidden.
-func resumeCommand(argv []string) string {
-	parts := []string{"runledger"}
-	redact := false
-	for i := 0; i < len(argv); i++ {
-		a := argv[i]
-		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		isURL := strings.HasPrefix(a, "-") && name == "database-url" && !redact
-		switch {
-		case a == "--":
-			for _, rest := range argv[i:] {
-				parts = append(parts, shellQuote(rest))
-			}
-			return strings.Join(parts, " ")
-		case isURL && hasVal:
-			a = a[:len(a)-len(val)] + redactPassword(val)
-		case isURL && i+1 < len(argv):
-			parts = append(parts, shellQuote(a))
-			i++
-			a = redactPassword(argv[i])
-		}
-		parts = append(parts, shellQuote(a))
-	}
-	return strings.Join(parts, " ")
-}
-
-// isStdin reports whether argv reads the sources from stdin (--from -).
-func isStdin(argv []string) bool {
-	for i, a := range argv {
-		if a == "--" {
-			return false
-		}
-		if a == "--from=-" || a == "-from=-" || ((a == "--from" || a == "-from") && i+1 < len(argv) && argv[i+1] == "-") {
-			return true
-		}
-	}
-	return false
-}
-
-var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-
-// redactPassword hides the password of a database URL or keyword/value
-// connection string.
-func redactPassword(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			return u.Redacted()
-		}
-		return s
-	}
-	return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
-}
-
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// perSecond is n per elapsed second, rounded down.
-func perSecond(n int, elapsed time.Duration) int {
-	if elapsed <= 0 {
-		return 0
-	}
-	return int(float64(n) / elapsed.Seconds())
-}
-
-// progressCount is "done/total" with digit groups.
-func progressCount(done, total int) string {
-	return groupDigits(done) + "/" + groupDigits(max(total, done))
-}
-
-// roundDuration rounds d for display: milliseconds under a minute, then
-// seconds.
-func roundDuration(d time.Duration) time.Duration {
-	if d < time.Minute {
-		return d.Round(time.Millisecond)
-	}
-	return d.Round(time.Second)
-}
-
-// count is plural with digit groups: "1 source", "2,500 sources".
-func count(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return groupDigits(n) + " " + word + "s"
-}
-
-// groupDigits prints n with a comma every three digits: 1,000,000.
-func groupDigits(n int) string {
-	s := strconv.Itoa(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		s = "-" + s
-	}
-	return s
 }

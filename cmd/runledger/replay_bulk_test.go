@@ -477,7 +477,7 @@ func testReplayBulkInterrupt(t *testing.T, c *cli) {
 	if !strings.Contains(last, "interrupted") || !strings.HasSuffix(last, resume) || !strings.Contains(last, fmt.Sprintf("%d chunk", committed)) {
 		t.Fatalf("last stderr line %q, want the interrupt, the chunks kept and %q", last, resume)
 	}
-	if !strings.Contains(all, "finishing the current chunk") {
+	if !strings.Contains(all, "the current chunk finishes and commits") {
 		t.Errorf("no notice of the interrupt:\n%s", all)
 	}
 

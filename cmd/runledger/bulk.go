@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/runledger-go/runledger"
+)
+
+// The command-line side of every bulk command (replay-bulk, and the ones
+// built the same way): a progress bar or a log line per chunk on stderr,
+// details on stdout, the interrupt handling and the resume command. A
+// command describes itself with a bulkKind, runs its library call inside
+// bulkRunner.run, and turns each chunk the library reports into a
+// bulkProgress for bulkRunner.chunk.
+
+// exitRefused is a bulk command's exit code when at least one selected
+// source was refused: the others are done, those are not.
+const exitRefused = 6
+
+// bulkKind describes a bulk command to the shared runner.
+type bulkKind struct {
+	// cmd is the command's name ("replay-bulk"), which starts its messages.
+	cmd string
+	// outcomes are the names of a source's results, in summary order; the
+	// first accepted of them are successes, the others refusals.
+	outcomes []string
+	accepted int
+	// untilFlag is the flag that bounds a filter from above
+	// ("--succeeded-until"): the resume command of an open-ended filter
+	// gets it with the bound the action pinned at its first page.
+	untilFlag string
+}
+
+// bulkProgress is one finished chunk as the command line shows it,
+// whatever the operation.
+type bulkProgress struct {
+	// index counts chunks from 0; attempts is how many times its
+	// transaction ran (more than 1 after a deadlock).
+	index, attempts int
+	// counts are this chunk's results by outcome (bulkKind.outcomes),
+	// total the action's so far; done is the number of sources done.
+	counts, total []int
+	done          int
+	// expected is the number of sources selected in all, 0 when unknown.
+	expected int
+	// until is a filter's upper bound as pinned (nil for a list).
+	until *time.Time
+}
+
+// sources is the number of results in the chunk.
+func (p bulkProgress) sources() int {
+	n := 0
+	for _, c := range p.counts {
+		n += c
+	}
+	return n
+}
+
+// bulkSignals delivers SIGINT and SIGTERM to c until the returned function
+// is called. Tests replace it to interrupt an in-process run.
+var bulkSignals = func(c chan<- os.Signal) (stop func()) {
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return func() { signal.Stop(c) }
+}
+
+// bulkRunner runs one bulk action for the command line: progress on
+// stderr (a bar when stderr is a terminal and --json is not given, else a
+// line per chunk without --json), details on stdout, interrupts, and the
+// error that stops the action turned into the command's error.
+type bulkRunner struct {
+	inv       *invocation
+	kind      bulkKind
+	dryRun    bool
+	openEnded bool // a filter without an upper bound
+	fromStdin bool // the sources are read from stdin
+	out       *bufio.Writer
+	bar       bool // draw a progress bar on stderr
+	log       bool // print a line per chunk on stderr
+	stopCh    chan struct{}
+
+	mu          sync.Mutex // stderr, and the fields below
+	drawn       bool       // a bar is on the current stderr line
+	began, last time.Time
+	ended       time.Duration
+	total       int // sources selected in all, 0 when unknown
+	chunks      int
+	done        int
+	counts      []int
+	until       *time.Time
+	interrupted bool // the first interrupt came: no chunk begins after the current one
+	hard        bool // the second came: the open chunk rolls back
+}
+
+func newBulkRunner(inv *invocation, kind bulkKind, dryRun bool) *bulkRunner {
+	r := &bulkRunner{inv: inv, kind: kind, dryRun: dryRun, out: bufio.NewWriterSize(inv.stdout, 64<<10),
+		stopCh: make(chan struct{}), counts: make([]int, len(kind.outcomes))}
+	if isTerminal(inv.stderr) && !inv.asJSON() {
+		r.bar = true
+	} else {
+		r.log = !inv.asJSON()
+	}
+	return r
+}
+
+// wantsCount reports whether a filter's selection should be counted for
+// the progress display: only a progress bar needs the total. A count
+// reads the whole selection (see docs/PERFORMANCE.md), so the per-chunk
+// log and --json go without it.
+func (r *bulkRunner) wantsCount() bool { return r.bar }
+
+// setTotal records the number of sources when known before the action
+// (a checked --from list).
+func (r *bulkRunner) setTotal(n int) { r.total = n }
+
+// stop is closed by the first interrupt: the library finishes the chunk
+// in flight and begins no other.
+func (r *bulkRunner) stop() <-chan struct{} { return r.stopCh }
+
+// run runs act, the library call, with a context that only the second
+// interrupt cancels, and returns the command's error for what act
+// returned (nil when it finished). The first interrupt (ctx's end, which
+// is how main reports the first SIGINT or SIGTERM, or the first signal
+// itself) closes stop(): the chunk in flight commits and the action
+// stops. A second signal cancels act's context: the statement in flight
+// is canceled and the open chunk rolls back. Either way the error names
+// what was committed and the command that resumes.
+func (r *bulkRunner) run(ctx context.Context, act func(ctx context.Context) error) error {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	stopSignals := bulkSignals(sigs)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctxDone, signals := ctx.Done(), 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctxDone:
+				ctxDone = nil
+				r.interrupt(false)
+			case <-sigs:
+				// The first signal is also ctx's end when main is the caller.
+				if signals++; signals == 1 {
+					r.interrupt(false)
+					continue
+				}
+				cancel() // before the notice, which says it is done
+				r.interrupt(true)
+				return
+			}
+		}
+	}()
+	r.start()
+	err := act(actx)
+	close(done)
+	wg.Wait()
+	stopSignals()
+	r.end()
+	if err != nil {
+		return r.failed(err)
+	}
+	return nil
+}
+
+// interrupt records an interrupt and says on stderr what happens now
+// (not under --json, where stderr carries only the final error).
+func (r *bulkRunner) interrupt(hard bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := !r.interrupted
+	if first {
+		r.interrupted = true
+		close(r.stopCh)
+	}
+	notice := ""
+	switch {
+	case hard && !r.hard:
+		r.hard = true
+		notice = "interrupted again: stopping at once; the open chunk rolls back"
+	case first:
+		notice = "interrupted: the current chunk finishes and commits, then the action stops; press Ctrl-C again to stop at once (the open chunk rolls back)"
+		if r.dryRun {
+			notice = "interrupted: the current chunk finishes (and rolls back: dry run), then the action stops; press Ctrl-C again to stop at once"
+		}
+	}
+	if notice == "" || (!r.bar && !r.log) {
+		return
+	}
+	r.clearBar()
+	fmt.Fprintf(r.inv.stderr, "runledger %s: %s\n", r.kind.cmd, notice)
+}
+
+// start records the start and draws the empty bar.
+func (r *bulkRunner) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.began, r.last = time.Now(), time.Now()
+	if r.bar {
+		r.draw()
+	}
+}
+
+// chunk shows a finished chunk: its details (details may be nil; it
+// writes them to w, as JSON lines when asJSON) and progress.
+func (r *bulkRunner) chunk(p bulkProgress, details func(w io.Writer, asJSON bool)) error {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	took := now.Sub(r.last)
+	r.last = now
+	r.chunks++
+	r.done = p.done
+	copy(r.counts, p.total)
+	if p.expected > 0 {
+		r.total = p.expected
+	}
+	if p.until != nil {
+		u := *p.until
+		r.until = &u
+	}
+	if details != nil && p.sources() > 0 {
+		r.clearBar()
+		details(r.out, r.inv.asJSON())
+		_ = r.out.Flush()
+	}
+	switch {
+	case r.bar:
+		r.draw()
+	case r.log:
+		r.logChunk(p, took)
+	}
+	return nil
+}
+
+// logChunk prints one line for a finished chunk.
+func (r *bulkRunner) logChunk(p bulkProgress, took time.Duration) {
+	what := "committed"
+	if r.dryRun {
+		what = "rolled back (dry run)"
+	}
+	if p.attempts > 1 {
+		what += fmt.Sprintf(" (run %d times: PostgreSQL aborted it to break a deadlock)", p.attempts)
+	}
+	done := groupDigits(p.done)
+	if r.total > 0 {
+		done = progressCount(p.done, r.total)
+	}
+	fmt.Fprintf(r.inv.stderr, "runledger %s: chunk %d %s: %s in %s (%s); %s done, %s sources/s\n",
+		r.kind.cmd, p.index+1, what, count(p.sources(), "source"), roundDuration(took), r.countsText(p.counts),
+		done, groupDigits(perSecond(p.done, time.Since(r.began))))
+}
+
+// draw redraws the progress bar on the current stderr line.
+func (r *bulkRunner) draw() {
+	done := r.done
+	elapsed := time.Since(r.began)
+	rate := perSecond(done, elapsed)
+	var line string
+	if r.total == 0 {
+		// Not known yet: the count rides the first chunk.
+		line = fmt.Sprintf("%s %s done  %s/s", r.kind.cmd, groupDigits(done), groupDigits(rate))
+	} else {
+		total := max(r.total, done)
+		const width = 30
+		filled, pct := done*width/total, done*100/total
+		eta := "-"
+		switch {
+		case total == done:
+			eta = "0s"
+		case rate > 0:
+			left := time.Duration(float64(total-done) / float64(rate) * float64(time.Second))
+			eta = "<1s"
+			if left >= time.Second {
+				eta = left.Round(time.Second).String()
+			}
+		}
+		line = fmt.Sprintf("%s [%s%s] %s %3d%%  %s/s  ETA %s", r.kind.cmd, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
+			progressCount(done, total), pct, groupDigits(rate), eta)
+	}
+	if refused := r.refused(r.counts); refused > 0 {
+		line += fmt.Sprintf("  refused %s", groupDigits(refused))
+	}
+	if r.dryRun {
+		line += "  (dry run)"
+	}
+	fmt.Fprintf(r.inv.stderr, "\r\x1b[K%s", line)
+	r.drawn = true
+}
+
+// clearBar erases the bar so that other output starts on a clean line.
+func (r *bulkRunner) clearBar() {
+	if r.drawn {
+		fmt.Fprint(r.inv.stderr, "\r\x1b[K")
+		r.drawn = false
+	}
+}
+
+// end leaves the bar's line (the last drawing stays), flushes stdout and
+// records the elapsed time.
+func (r *bulkRunner) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = time.Since(r.began)
+	if r.drawn {
+		fmt.Fprintln(r.inv.stderr)
+		r.drawn = false
+	}
+	_ = r.out.Flush()
+}
+
+// elapsed is the action's duration, once it ended.
+func (r *bulkRunner) elapsed() time.Duration { return r.ended }
+
+// refused sums the refusals in counts.
+func (r *bulkRunner) refused(counts []int) int {
+	n := 0
+	for _, c := range counts[r.kind.accepted:] {
+		n += c
+	}
+	return n
+}
+
+// countsText lists the outcomes that occurred: "inserted 998, existing 2".
+func (r *bulkRunner) countsText(counts []int) string {
+	var parts []string
+	for i, c := range counts {
+		if c > 0 {
+			parts = append(parts, r.kind.outcomes[i]+" "+groupDigits(c))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// resume is the command that resumes the action, with what it needs said:
+// the same command, or, for an open-ended filter whose bound was pinned,
+// the same command with that bound.
+func (r *bulkRunner) resume() string {
+	var extra []string
+	how := "run the same command again"
+	if r.openEnded && r.until != nil {
+		at := r.until.UTC().Format(time.RFC3339Nano)
+		extra = []string{r.kind.untilFlag, at}
+		how = fmt.Sprintf("run the same command with %s %s, the bound it pinned at its start", r.kind.untilFlag, at)
+	}
+	cmd := resumeCommand(r.inv.argv, extra...)
+	var notes []string
+	if r.fromStdin {
+		notes = append(notes, "with the same list on stdin")
+	}
+	if strings.Contains(cmd, "xxxxx") && !strings.Contains(strings.Join(r.inv.argv, " "), "xxxxx") {
+		notes = append(notes, "the database password is hidden")
+	}
+	if len(notes) > 0 {
+		cmd += " (" + strings.Join(notes, "; ") + ")"
+	}
+	return "to resume, " + how + ": " + cmd
+}
+
+// failed turns the error that stopped the action into the command's
+// error. An interrupt becomes cli.interrupted, naming what was done and
+// the command that resumes; for any other error after committed chunks, a
+// line before the error (not under --json) says they stay and how to
+// resume.
+func (r *bulkRunner) failed(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := "no chunk was committed"
+	switch {
+	case r.dryRun:
+		done = "nothing was written (dry run)"
+	case r.chunks > 0:
+		done = fmt.Sprintf("the %s committed before stay (%s: %s)", count(r.chunks, "chunk"), count(r.done, "source"), r.countsText(r.counts))
+	}
+	if r.interrupted {
+		if r.hard && !r.dryRun {
+			done += "; the open chunk rolled back"
+		}
+		return &runledger.Error{
+			Code: "cli.interrupted", Category: runledger.CategoryInternal,
+			Message: fmt.Sprintf("%s: interrupted: %s; %s", r.kind.cmd, done, r.resume()),
+			Err:     err,
+		}
+	}
+	if r.chunks > 0 && !r.inv.asJSON() && !r.dryRun {
+		fmt.Fprintf(r.inv.stderr, "runledger %s: stopped by the error below; %s; %s\n", r.kind.cmd, done, r.resume())
+	}
+	return err
+}
+
+// writeBulkCounts prints the summary's count lines, one per outcome,
+// aligned.
+func writeBulkCounts(w io.Writer, names []string, counts []int, selected int) {
+	width := len(groupDigits(selected))
+	for i, name := range names {
+		fmt.Fprintf(w, "  %-22s  %*s\n", name, width, groupDigits(counts[i]))
+	}
+}
