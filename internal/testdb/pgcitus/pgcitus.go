@@ -53,6 +53,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,8 +90,11 @@ const templateWait = 30 * time.Second
 //     every node, and PostgreSQL's default of 8 workers would leave the
 //     ninth database without one (each session in it then gets a
 //     WARNING, "could not start maintenance background worker");
-//   - wal_level=logical: shard moves and rebalancing (citus_move_shard_placement,
-//     citus_rebalance_start) copy shards online with logical replication;
+//   - wal_level=logical: shard moves, rebalancing and tenant isolation
+//     (citus_move_shard_placement, citus_rebalance_start,
+//     isolate_tenant_to_new_shard) copy shards online with logical
+//     replication (Start also lets Citus's decoding plugin run where the
+//     server restricts output plugins; see trustCitusDecoder);
 //   - citus.node_conninfo=sslmode=disable: connections between the nodes
 //     stay on loopback, so they skip TLS (with Citus's default,
 //     sslmode=require, CREATE EXTENSION citus would also turn on TLS for the
@@ -188,6 +192,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		_ = c.Stop()
 		return nil, fmt.Errorf("pgcitus: start the nodes: %w", err)
+	}
+	if err := c.onNodes(c.nodes, func(n *node) error { return trustCitusDecoder(ctx, n.admin) }); err != nil {
+		_ = c.Stop()
+		return nil, fmt.Errorf("pgcitus: %w", err)
 	}
 	t1 := time.Now()
 	if err := c.setUp(ctx, "postgres"); err != nil {
@@ -369,6 +377,43 @@ func (c *Cluster) setUp(ctx context.Context, dbname string) error {
 		if _, err := conn.Exec(ctx, "SELECT citus_add_node($1, $2)", host, n.srv.Port()); err != nil {
 			return fmt.Errorf("citus_add_node %s:%d in %s: %w", host, n.srv.Port(), dbname, err)
 		}
+	}
+	return nil
+}
+
+// trustCitusDecoder lets Citus's own logical decoding plugin run on the
+// node, where the server restricts output plugins: PostgreSQL minors that
+// have the output_plugin_libraries setting (15.20 has it) refuse plugins it
+// does not list, and Citus splits shards (isolate_tenant_to_new_shard,
+// citus_split_shard_by_split_points) by decoding with the plugin named
+// citus. The setting is written with ALTER SYSTEM into the throwaway data
+// directory and takes effect on reload; on servers without it nothing is
+// done.
+func trustCitusDecoder(ctx context.Context, admin *pgxpool.Pool) error {
+	var libs []string
+	err := admin.QueryRow(ctx, `
+		SELECT coalesce(array_agg(trim(lib)), '{}')
+		FROM pg_settings, unnest(string_to_array(setting, ',')) AS lib
+		WHERE name = 'output_plugin_libraries' AND trim(lib) <> ''`).Scan(&libs)
+	if err != nil {
+		return fmt.Errorf("read output_plugin_libraries: %w", err)
+	}
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name = 'output_plugin_libraries')").Scan(&exists); err != nil {
+		return err
+	}
+	if !exists || slices.Contains(libs, "citus") {
+		return nil
+	}
+	quoted := make([]string, 0, len(libs)+1)
+	for _, l := range append(libs, "citus") {
+		quoted = append(quoted, "'"+strings.ReplaceAll(l, "'", "''")+"'")
+	}
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET output_plugin_libraries = "+strings.Join(quoted, ", ")); err != nil {
+		return fmt.Errorf("trust the citus output plugin: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return err
 	}
 	return nil
 }

@@ -416,6 +416,53 @@ func TestMaintenanceDaemonBlocksCloning(t *testing.T) {
 	dropAtCleanup(t, c, clone)
 }
 
+// TestShardMoves checks that the cluster's settings let Citus move data
+// online, as scaling out needs: a shard moves from one worker to the other
+// (logical replication, wal_level=logical), and a tenant is isolated to a
+// shard of its own (a shard split, which decodes with Citus's own output
+// plugin). The tenant's rows stay readable, routed to one shard.
+func TestShardMoves(t *testing.T) {
+	c := cluster(t)
+	ctx := context.Background()
+	name := uniqueName("pgc_move_")
+	url, err := c.CreateDatabase(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropAtCleanup(t, c, name)
+	conn := connect(t, url)
+	mustExec(t, conn, "SET citus.shard_count TO 4")
+	mustExec(t, conn, scratchSchema)
+	hot := uuid.New()
+	mustExec(t, conn, "INSERT INTO items SELECT $1, g, 'plain', 'hot' FROM generate_series(1, 50) g", hot)
+	mustExec(t, conn, "INSERT INTO items SELECT gen_random_uuid(), g, 'plain', 'other' FROM generate_series(1, 50) g")
+
+	from, to := c.Workers()[0].Port(), c.Workers()[1].Port()
+	shard := scalar[int64](t, conn, "SELECT shardid FROM citus_shards WHERE table_name = 'items'::regclass AND nodeport = $1 ORDER BY shardid LIMIT 1", from)
+	mustExec(t, conn, "SELECT citus_move_shard_placement($1, $2, $3, $2, $4)", shard, host, from, to)
+	if got := scalar[int](t, conn, "SELECT nodeport FROM citus_shards WHERE shardid = $1", shard); got != to {
+		t.Errorf("shard %d is on port %d after the move, want %d", shard, got, to)
+	}
+
+	before := scalar[int](t, conn, "SELECT count(*) FROM citus_shards WHERE table_name = 'items'::regclass")
+	own := scalar[int64](t, conn, "SELECT isolate_tenant_to_new_shard('items', $1::uuid, 'CASCADE')", hot)
+	if got := scalar[int](t, conn, "SELECT count(*) FROM citus_shards WHERE table_name = 'items'::regclass"); got != before+2 {
+		t.Errorf("%d shards of items after isolating a tenant, want %d (its shard split in three)", got, before+2)
+	}
+	if got := scalar[int](t, conn, "SELECT count(*) FROM items WHERE org = $1", hot); got != 50 {
+		t.Errorf("the isolated tenant has %d rows, want 50", got)
+	}
+	if got := scalar[int](t, conn, "SELECT count(*) FROM items"); got != 100 {
+		t.Errorf("%d rows after the moves, want 100", got)
+	}
+	if got := scalar[int64](t, conn, "SELECT get_shard_id_for_distribution_column('items', $1::uuid)", hot); got != own {
+		t.Errorf("the tenant maps to shard %d, want its own %d", got, own)
+	}
+	if plan := explain(t, conn, "SELECT note FROM items WHERE org = $1", hot); !strings.Contains(plan, "Task Count: 1\n") {
+		t.Errorf("the isolated tenant's query is not routed to one shard:\n%s", plan)
+	}
+}
+
 // BenchmarkCloneDatabase measures one test database by cloning: the clone
 // on every node, then its drop, from a template of eight colocated
 // distributed tables and a reference table (about the size of the
