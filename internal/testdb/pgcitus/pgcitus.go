@@ -322,28 +322,29 @@ func (c *Cluster) RenameDatabase(ctx context.Context, from, to string) error {
 
 // DropDatabase drops database name, if it exists, from every node, WITH
 // (FORCE): sessions still connected to it are terminated. A template made
-// by MakeTemplate is dropped too. The coordinator goes first, so that its
-// sessions do not reconnect to the workers' copies being dropped.
+// by MakeTemplate is dropped too.
+//
+// Sessions in a distributed database open more sessions in it on other
+// nodes (a coordinator backend on the workers, a worker backend on the
+// other workers, Citus's maintenance daemon on all), and they end one
+// after the other once their origin is gone; DROP DATABASE fails if one
+// connects while it waits for the terminated ones to exit. So connections
+// to the database are refused on every node first, then it is dropped on
+// the coordinator and then on the workers.
 func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
-	for _, group := range [][]*node{c.nodes[:1], c.nodes[1:]} {
-		err := c.onNodes(group, func(n *node) error {
-			var isTemplate bool
-			err := n.admin.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", name).Scan(&isTemplate)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if isTemplate {
-				if _, err := n.admin.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE false"); err != nil {
-					return err
-				}
-			}
-			_, err = n.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+	err := c.onNodes(c.nodes, func(n *node) error {
+		var exists bool
+		if err := n.admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil || !exists {
 			return err
-		})
-		if err != nil {
+		}
+		_, err := n.admin.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE false ALLOW_CONNECTIONS false")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgcitus: drop database %s: refuse connections: %w", name, err)
+	}
+	for _, group := range [][]*node{c.nodes[:1], c.nodes[1:]} {
+		if err := c.exec(ctx, group, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
 			return fmt.Errorf("pgcitus: drop database %s: %w", name, err)
 		}
 	}
