@@ -54,6 +54,34 @@ func TestChooseServer(t *testing.T) {
 	}
 }
 
+// TestChooseCitus checks that the Citus lane is chosen before any probe
+// runs, and that it refuses a configured URL and values other than 0 and 1.
+func TestChooseCitus(t *testing.T) {
+	cases := []struct {
+		citus, url string
+		want       string
+		wantErr    string
+	}{
+		{"1", "", kindCitus, ""},
+		{"1", "postgres://x", "", EnvURL},
+		{"yes", "", "", "want 1"},
+		{"0", "postgres://x", kindURL, ""},
+	}
+	for _, c := range cases {
+		env := map[string]string{EnvCitus: c.citus, EnvURL: c.url}
+		probes := 0
+		got, err := chooseServer(func(k string) string { return env[k] },
+			func() error { probes++; return nil },
+			func() error { probes++; return nil })
+		if got != c.want || (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
+			t.Errorf("%s=%q %s=%q: chose %q, %v; want %q, an error mentioning %q", EnvCitus, c.citus, EnvURL, c.url, got, err, c.want, c.wantErr)
+		}
+		if probes != 0 {
+			t.Errorf("%s=%q: %d probes ran, want none", EnvCitus, c.citus, probes)
+		}
+	}
+}
+
 // TestNoServerMessage checks that the failure names every way out.
 func TestNoServerMessage(t *testing.T) {
 	_, err := chooseServer(func(string) string { return "" },
@@ -95,9 +123,13 @@ func TestChooseServerObservedHere(t *testing.T) {
 		}
 	}
 
-	// The server this binary actually uses is the one chosen (or the URL).
+	// The server this binary actually uses is the one chosen (or the URL,
+	// or the Citus lane's cluster).
 	if os.Getenv(EnvURL) != "" {
 		kind = kindURL
+	}
+	if os.Getenv(EnvCitus) == "1" {
+		kind = kindCitus
 	}
 	AdminURL(t) // sets the server up if no test has yet
 	state.mu.Lock()

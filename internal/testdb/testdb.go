@@ -10,6 +10,18 @@
 // Servers that testdb starts run with fsync=off. With none available, tests fail with a
 // message naming what to install; they never skip.
 //
+// The Citus lane (RUNLEDGER_TEST_CITUS=1, as `make test-citus` sets it)
+// replaces that choice: the binary starts a Citus cluster of its own, a
+// coordinator and two workers on loopback (package pgcitus), from the
+// binaries in RUNLEDGER_PG_BINDIR or, when that is not set, from those
+// tools/citus builds. Every database New, NewURL and NewEmpty return is
+// then a distributed database, the same name on every node, and its URL
+// is the coordinator's; the suites run unchanged. The migrated template
+// is cloned on every node at once (see package pgcitus for why that is
+// correct), which costs a few hundred milliseconds per test, and the
+// template build fails unless the migrations leave every table
+// distributed or a reference table.
+//
 // The schema's migrations (package schema, applied with package goose) are
 // applied once per server to a template database named after a hash of the
 // migration files; each New or NewURL clones it with CREATE DATABASE ...
@@ -136,16 +148,18 @@ func NewURL(t testing.TB) string {
 	t.Helper()
 	srv := mustServer(t)
 	tmpl := mustTemplate(t, srv)
-	return createDatabase(t, srv, "TEMPLATE "+ident(tmpl))
+	return createDatabase(t, srv, tmpl)
 }
 
 // NewEmpty returns the connection string of a fresh empty database (created
 // from template0: no migrations, no goose version table), for tests of the
-// migrations themselves. It is dropped WITH (FORCE) at cleanup.
+// migrations themselves. It is dropped WITH (FORCE) at cleanup. In the Citus
+// lane it is a distributed database with the citus extension and the nodes
+// registered, and nothing else.
 func NewEmpty(t testing.TB) string {
 	t.Helper()
 	srv := mustServer(t)
-	return createDatabase(t, srv, "TEMPLATE template0")
+	return createDatabase(t, srv, srv.emptyTemplate())
 }
 
 // AdminURL returns the connection string of the server's maintenance
@@ -181,8 +195,8 @@ func NewURLForExample() (string, error) {
 	name := clonePrefix + RandomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
-		return "", fmt.Errorf("testdb: create database %s: %w", name, err)
+	if err := srv.createDB(ctx, name, tmpl); err != nil {
+		return "", err
 	}
 	state.mu.Lock()
 	state.unowned = append(state.unowned, name)
@@ -190,21 +204,21 @@ func NewURLForExample() (string, error) {
 	return srv.dbURL(name), nil
 }
 
-// createDatabase creates a uniquely named database with the given CREATE
-// DATABASE options, registers its drop and returns its connection string.
-func createDatabase(t testing.TB, srv *server, options string) string {
+// createDatabase creates a uniquely named copy of database template,
+// registers its drop and returns its connection string.
+func createDatabase(t testing.TB, srv *server, template string) string {
 	t.Helper()
 	name := clonePrefix + RandomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" "+options); err != nil {
-		t.Fatalf("testdb: create database %s: %v", name, err)
+	if err := srv.createDB(ctx, name, template); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := srv.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
-			t.Errorf("testdb: drop database %s: %v", name, err)
+		if err := srv.dropDB(ctx, name); err != nil {
+			t.Error(err)
 		}
 	})
 	return srv.dbURL(name)
@@ -266,7 +280,12 @@ func setupTemplate(srv *server) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	t0 := time.Now()
-	built, err := ensureTemplate(ctx, srv.adminURL, name, goose.Up)
+	var built bool
+	if srv.citus != nil {
+		built, err = true, buildCitusTemplate(ctx, srv.citus, name, goose.Up)
+	} else {
+		built, err = ensureTemplate(ctx, srv.adminURL, name, goose.Up)
+	}
 	if err != nil {
 		return "", fmt.Errorf("testdb: template %s: %w", name, err)
 	}
@@ -291,8 +310,8 @@ func teardown() error {
 	defer cancel()
 	var dropErr error
 	for _, name := range state.unowned {
-		if _, err := srv.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil && dropErr == nil {
-			dropErr = fmt.Errorf("drop database %s: %w", name, err)
+		if err := srv.dropDB(ctx, name); err != nil && dropErr == nil {
+			dropErr = err
 		}
 	}
 	state.unowned = nil
