@@ -50,6 +50,28 @@ const (
 	JobEventRequeued       JobEventType = "REQUEUED"
 )
 
+// FailureKind says why an attempt failed, spelled as in the
+// job_failure_kind enum; events of failed attempts carry it.
+type FailureKind string
+
+// The failure kinds.
+const (
+	// FailureRetryable: the handler failed; the job is retried while it
+	// has attempts left.
+	FailureRetryable FailureKind = "RETRYABLE"
+	// FailureTerminal: the handler failed for good; the job is
+	// dead-lettered whatever attempts remain.
+	FailureTerminal FailureKind = "TERMINAL"
+	// FailurePanicked: the handler panicked; the job is dead-lettered.
+	FailurePanicked FailureKind = "PANICKED"
+	// FailureTimeout: the handler ran past the job's timeout; the job is
+	// retried while it has attempts left.
+	FailureTimeout FailureKind = "TIMEOUT"
+	// FailureLeaseExpired: the lease ran out before the worker finished
+	// (lease recovery); the job is retried while it has attempts left.
+	FailureLeaseExpired FailureKind = "LEASE_EXPIRED"
+)
+
 // Disposition says whether an idempotent write (a keyed enqueue, a replay)
 // created its job now or found the one an earlier call created.
 type Disposition string

@@ -313,24 +313,38 @@ func (q *Queries) JobClaim(ctx context.Context, db DBTX, arg JobClaimParams) ([]
 	return items, nil
 }
 
-const jobComplete = `-- name: JobComplete :one
-WITH completed AS (
-    UPDATE job_queue
+const jobCompleteMany = `-- name: JobCompleteMany :many
+
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::bool[])[i.ord] AS scoped,
+           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id,
+           ($6::jsonb[])[i.ord] AS output,
+           NULLIF(($7::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($8::bigint[])[i.ord], -1) AS progress_total
+    FROM unnest($9::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+completed AS (
+    UPDATE job_queue jq
     SET status = 'SUCCEEDED',
         stage = 'completed',
-        output = $1::jsonb,
-        progress_done = COALESCE($2::bigint, progress_done),
-        progress_total = COALESCE($3::bigint, progress_total),
+        output = input.output,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = now(),
         lease_expires_at = NULL
-    WHERE job_queue.id = $4
-      AND job_queue.run_number = $5
-      AND job_queue.attempt = $6
-      AND job_queue.worker_id = $7
-      AND job_queue.status = 'LEASED'
-      AND (NOT $8::bool
-           OR job_queue.organization_id IS NOT DISTINCT FROM $9::uuid)
-    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+    FROM input
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
 ),
 event AS (
     INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
@@ -341,19 +355,19 @@ event AS (
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM completed
 `
 
-type JobCompleteParams struct {
-	Output         json.RawMessage
-	ProgressDone   *int64
-	ProgressTotal  *int64
-	ID             uuid.UUID
-	RunNumber      int32
-	Attempt        int32
-	WorkerID       *string
-	Scoped         bool
-	OrganizationID *uuid.UUID
+type JobCompleteManyParams struct {
+	RunNumbers      []int32
+	Attempts        []int32
+	WorkerIds       []string
+	Scoped          []bool
+	OrganizationIds []string
+	Outputs         []json.RawMessage
+	ProgressDone    []int64
+	ProgressTotal   []int64
+	Ids             []uuid.UUID
 }
 
-type JobCompleteRow struct {
+type JobCompleteManyRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
@@ -386,61 +400,82 @@ type JobCompleteRow struct {
 	ExecutionResourceKey *string
 }
 
-// JobComplete marks a leased job SUCCEEDED, compare-and-set on the lease:
-// it changes the job only while it is LEASED at this run and attempt to
-// this worker. With @scoped true the job must also be in the caller's
-// exact scope (null-safe: a NULL organization_id matches only global
-// jobs); with @scoped false any scope matches, the lease alone identifies
-// the job. It stores the output and, where given, the final progress, and
-// writes one SUCCEEDED event. No row when the lease or scope does not
-// match; nothing is written then. Leaving LEASED releases the job's
-// execution resource claim (trigger).
-func (q *Queries) JobComplete(ctx context.Context, db DBTX, arg JobCompleteParams) (JobCompleteRow, error) {
-	row := db.QueryRow(ctx, jobComplete,
-		arg.Output,
+// The worker's writes. Each takes a batch of leases as parallel arrays
+// (@ids with, at the same position, the run, attempt, worker id, whether
+// the caller is scoped and its organization, and what the write records)
+// and changes a job only while its lease is held: LEASED at that run and
+// attempt to that worker, the lease not yet expired by the database clock
+// (clock_timestamp(), so two workers never both finish one attempt, even
+// before recovery takes an expired lease back), and, for a scoped entry,
+// in that exact scope (null-safe: a NULL organization_id matches only
+// global jobs). A job whose lease does not match is left as it is and
+// returns no row; nothing is written for it. The runtime names every
+// job's tenant (it knows it from the claim). An id given twice is updated
+// once (callers refuse duplicates). An organization is given as text, ”
+// for the global scope (NULL), which a uuid[] cannot carry.
+// JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
+// stores NULL), the final progress where given (-1: keep the stored
+// value), finished_at, the lease cleared, and one SUCCEEDED event each.
+// Leaving LEASED releases a job's execution resource claim (trigger).
+func (q *Queries) JobCompleteMany(ctx context.Context, db DBTX, arg JobCompleteManyParams) ([]JobCompleteManyRow, error) {
+	rows, err := db.Query(ctx, jobCompleteMany,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.Scoped,
+		arg.OrganizationIds,
+		arg.Outputs,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.ID,
-		arg.RunNumber,
-		arg.Attempt,
-		arg.WorkerID,
-		arg.Scoped,
-		arg.OrganizationID,
+		arg.Ids,
 	)
-	var i JobCompleteRow
-	err := row.Scan(
-		&i.ID,
-		&i.JobType,
-		&i.OrganizationID,
-		&i.Payload,
-		&i.Status,
-		&i.Priority,
-		&i.RunNumber,
-		&i.Attempt,
-		&i.MaxAttempts,
-		&i.TimeoutSeconds,
-		&i.NextRunAt,
-		&i.LeaseExpiresAt,
-		&i.LastHeartbeatAt,
-		&i.WorkerID,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.Stage,
-		&i.ProgressDone,
-		&i.ProgressTotal,
-		&i.ProgressPct,
-		&i.Checkpoint,
-		&i.IdempotencyKey,
-		&i.StatusReason,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.EnqueueRequest,
-		&i.Output,
-		&i.ExecutionResourceKey,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobCompleteManyRow
+	for rows.Next() {
+		var i JobCompleteManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobEnqueue = `-- name: JobEnqueue :one
@@ -477,8 +512,13 @@ event AS (
     INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
     SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
+),
+notified AS (
+    SELECT pg_notify('runledger_job_due', job_type)
+    FROM inserted
+    WHERE $12::bool AND next_run_at <= now()
 )
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM inserted
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM inserted WHERE (SELECT count(*) FROM notified) >= 0
 `
 
 type JobEnqueueParams struct {
@@ -493,6 +533,7 @@ type JobEnqueueParams struct {
 	NextRunAt            *time.Time
 	IdempotencyKey       *string
 	ExecutionResourceKey *string
+	Notify               bool
 }
 
 type JobEnqueueRow struct {
@@ -539,6 +580,12 @@ type JobEnqueueRow struct {
 // enqueue_request) runs only under READ COMMITTED, else it reads and
 // writes nothing and the caller refuses. No row, and nothing written,
 // when the definition is missing or disabled or the key or id is taken.
+// With @notify set, an inserted job that is due now sends pg_notify on
+// channel runledger_job_due with its job type as payload, which listening
+// workers hear when the transaction commits (and not at all if it rolls
+// back).
+// The filter is always true; it makes the statement run the notification
+// (a CTE without side effects runs only where it is read).
 func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams) (JobEnqueueRow, error) {
 	row := db.QueryRow(ctx, jobEnqueue,
 		arg.JobType,
@@ -552,6 +599,7 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 		arg.NextRunAt,
 		arg.IdempotencyKey,
 		arg.ExecutionResourceKey,
+		arg.Notify,
 	)
 	var i JobEnqueueRow
 	err := row.Scan(
@@ -604,29 +652,44 @@ func (q *Queries) JobExistsAnyScope(ctx context.Context, db DBTX, id uuid.UUID) 
 	return exists, err
 }
 
-const jobFail = `-- name: JobFail :one
-WITH failed AS (
-    UPDATE job_queue
-    SET status = CASE WHEN $1::bool OR attempt >= max_attempts
+const jobFailMany = `-- name: JobFailMany :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::bool[])[i.ord] AS scoped,
+           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id,
+           ($6::bool[])[i.ord] AS terminal,
+           ($7::text[])[i.ord] AS failure_kind,
+           ($8::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF(($9::text[])[i.ord], '') AS error_code,
+           NULLIF(($10::text[])[i.ord], '') AS error_message
+    FROM unnest($11::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+failed AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
-        stage = CASE WHEN $1::bool OR attempt >= max_attempts
-                     THEN stage ELSE 'scheduled' END,
-        next_run_at = CASE WHEN $1::bool OR attempt >= max_attempts
-                           THEN next_run_at
-                           ELSE now() + make_interval(secs => $2::float8) END,
-        finished_at = CASE WHEN $1::bool OR attempt >= max_attempts THEN now() END,
-        worker_id = CASE WHEN $1::bool OR attempt >= max_attempts THEN worker_id END,
+        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                     THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                           THEN jq.next_run_at
+                           ELSE now() + make_interval(secs => input.retry_delay_seconds) END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN now() END,
+        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
-        last_error_code = $3::text,
-        last_error_message = $4::text
-    WHERE job_queue.id = $5
-      AND job_queue.run_number = $6
-      AND job_queue.attempt = $7
-      AND job_queue.worker_id = $8
-      AND job_queue.status = 'LEASED'
-      AND (NOT $9::bool
-           OR job_queue.organization_id IS NOT DISTINCT FROM $10::uuid)
-    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+        last_error_code = input.error_code,
+        last_error_message = input.error_message
+    FROM input
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.failure_kind
 ),
 event AS (
     INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
@@ -635,29 +698,35 @@ event AS (
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
            jsonb_strip_nulls(jsonb_build_object(
-               'failure_kind', CASE WHEN $1::bool THEN 'TERMINAL' ELSE 'RETRYABLE' END,
+               'failure_kind', failure_kind,
                'error_code', last_error_code,
                'error_message', last_error_message,
                'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
     FROM failed
 )
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM failed
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM failed
 `
 
-type JobFailParams struct {
-	Terminal          bool
-	RetryDelaySeconds float64
-	ErrorCode         *string
-	ErrorMessage      *string
-	ID                uuid.UUID
-	RunNumber         int32
-	Attempt           int32
-	WorkerID          *string
-	Scoped            bool
-	OrganizationID    *uuid.UUID
+type JobFailManyParams struct {
+	RunNumbers        []int32
+	Attempts          []int32
+	WorkerIds         []string
+	Scoped            []bool
+	OrganizationIds   []string
+	Terminal          []bool
+	FailureKinds      []string
+	RetryDelaySeconds []float64
+	ErrorCodes        []string
+	ErrorMessages     []string
+	Ids               []uuid.UUID
 }
 
-type JobFailRow struct {
+type JobFailManyRow struct {
 	ID                   uuid.UUID
 	JobType              string
 	OrganizationID       *uuid.UUID
@@ -690,60 +759,74 @@ type JobFailRow struct {
 	ExecutionResourceKey *string
 }
 
-// JobFail records a failed attempt, compare-and-set on the lease like
-// JobComplete. With attempts left and @terminal false the job goes back to
-// PENDING, stage scheduled, due after @retry_delay_seconds, and gets a
-// RETRY_SCHEDULED event; otherwise it is DEAD_LETTERED (finished) with a
-// DEAD_LETTERED event. The error code and message are stored on the job
-// and in the event. @scoped and @organization_id as for JobComplete. No row
-// when the lease or scope does not match.
-func (q *Queries) JobFail(ctx context.Context, db DBTX, arg JobFailParams) (JobFailRow, error) {
-	row := db.QueryRow(ctx, jobFail,
-		arg.Terminal,
-		arg.RetryDelaySeconds,
-		arg.ErrorCode,
-		arg.ErrorMessage,
-		arg.ID,
-		arg.RunNumber,
-		arg.Attempt,
-		arg.WorkerID,
+// JobFailMany records failed attempts of leased jobs. A job with attempts
+// left whose entry is not terminal goes back to PENDING, stage scheduled,
+// due after its retry delay, worker cleared, with a RETRY_SCHEDULED event;
+// any other is DEAD_LETTERED (finished) with a DEAD_LETTERED event. The
+// error code and message (” stores NULL) are stored on the job and, with
+// the failure kind, in the event. Leaving LEASED releases a job's
+// execution resource claim (trigger).
+func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParams) ([]JobFailManyRow, error) {
+	rows, err := db.Query(ctx, jobFailMany,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
 		arg.Scoped,
-		arg.OrganizationID,
+		arg.OrganizationIds,
+		arg.Terminal,
+		arg.FailureKinds,
+		arg.RetryDelaySeconds,
+		arg.ErrorCodes,
+		arg.ErrorMessages,
+		arg.Ids,
 	)
-	var i JobFailRow
-	err := row.Scan(
-		&i.ID,
-		&i.JobType,
-		&i.OrganizationID,
-		&i.Payload,
-		&i.Status,
-		&i.Priority,
-		&i.RunNumber,
-		&i.Attempt,
-		&i.MaxAttempts,
-		&i.TimeoutSeconds,
-		&i.NextRunAt,
-		&i.LeaseExpiresAt,
-		&i.LastHeartbeatAt,
-		&i.WorkerID,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.Stage,
-		&i.ProgressDone,
-		&i.ProgressTotal,
-		&i.ProgressPct,
-		&i.Checkpoint,
-		&i.IdempotencyKey,
-		&i.StatusReason,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.EnqueueRequest,
-		&i.Output,
-		&i.ExecutionResourceKey,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobFailManyRow
+	for rows.Next() {
+		var i JobFailManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobGetByID = `-- name: JobGetByID :one
@@ -846,6 +929,127 @@ func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, ar
 		&i.Job,
 	)
 	return i, err
+}
+
+const jobHeartbeatMany = `-- name: JobHeartbeatMany :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::bool[])[i.ord] AS scoped,
+           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id,
+           ($6::float8[])[i.ord] AS lease_seconds,
+           NULLIF(($7::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($8::bigint[])[i.ord], -1) AS progress_total,
+           ($9::jsonb[])[i.ord] AS checkpoint
+    FROM unnest($10::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+beat AS (
+    UPDATE job_queue jq
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => input.lease_seconds),
+        last_heartbeat_at = clock_timestamp(),
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input
+    JOIN job_queue before ON before.id = input.id
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.id, jq.organization_id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+              jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
+               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT id, run_number, attempt, 'PROGRESS', stage, progress_done, progress_total,
+           jsonb_build_object('worker_id', worker_id)
+    FROM beat
+    WHERE changed
+)
+SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
+       progress_done, progress_total, changed
+FROM beat
+`
+
+type JobHeartbeatManyParams struct {
+	RunNumbers      []int32
+	Attempts        []int32
+	WorkerIds       []string
+	Scoped          []bool
+	OrganizationIds []string
+	LeaseSeconds    []float64
+	ProgressDone    []int64
+	ProgressTotal   []int64
+	Checkpoints     []json.RawMessage
+	Ids             []uuid.UUID
+}
+
+type JobHeartbeatManyRow struct {
+	ID              uuid.UUID
+	OrganizationID  *uuid.UUID
+	RunNumber       int32
+	Attempt         int32
+	LeaseExpiresAt  *time.Time
+	LastHeartbeatAt *time.Time
+	ProgressDone    *int64
+	ProgressTotal   *int64
+	Changed         bool
+}
+
+// JobHeartbeatMany renews held leases: lease_expires_at = the database
+// clock + the entry's lease, last_heartbeat_at = the clock, and, where the
+// entry gives them, progress (-1: keep) and a checkpoint (NULL: keep). A
+// renewed lease carries its new expiry to the job's execution resource
+// claim (trigger). An entry whose progress or checkpoint differs from the
+// stored one writes one PROGRESS event; a plain heartbeat writes none.
+// (The self-join reads the row as it was before the update, to tell a
+// change; only the lease holder writes these columns.)
+func (q *Queries) JobHeartbeatMany(ctx context.Context, db DBTX, arg JobHeartbeatManyParams) ([]JobHeartbeatManyRow, error) {
+	rows, err := db.Query(ctx, jobHeartbeatMany,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.Scoped,
+		arg.OrganizationIds,
+		arg.LeaseSeconds,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.Checkpoints,
+		arg.Ids,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobHeartbeatManyRow
+	for rows.Next() {
+		var i JobHeartbeatManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrganizationID,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.Changed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobListByStatusGlobal = `-- name: JobListByStatusGlobal :many
@@ -1541,17 +1745,20 @@ WITH expired AS (
     SELECT id
     FROM job_queue
     WHERE status = 'LEASED'
-      AND lease_expires_at < now()
+      AND lease_expires_at < clock_timestamp()
+      AND pg_try_advisory_xact_lock($1::bigint)
     ORDER BY lease_expires_at
-    LIMIT $1
+    LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
 recovered AS (
     UPDATE job_queue jq
     SET status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
-        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'queued' END,
-        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at ELSE now() END,
+        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
+                           ELSE now() + make_interval(secs => least($3::float8,
+                                    $4::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
         finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN now() END,
         worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
@@ -1567,11 +1774,21 @@ event AS (
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
-           jsonb_build_object('failure_kind', 'LEASE_EXPIRED', 'error_code', last_error_code)
+           jsonb_strip_nulls(jsonb_build_object(
+               'failure_kind', 'LEASE_EXPIRED',
+               'error_code', last_error_code,
+               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
     FROM recovered
 )
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM recovered
 `
+
+type JobRecoverExpiredLeasesParams struct {
+	LockKey            int64
+	MaxJobs            int32
+	BackoffMaxSeconds  float64
+	BackoffBaseSeconds float64
+}
 
 type JobRecoverExpiredLeasesRow struct {
 	ID                   uuid.UUID
@@ -1607,12 +1824,23 @@ type JobRecoverExpiredLeasesRow struct {
 }
 
 // JobRecoverExpiredLeases takes back up to @max_jobs leases that ran out
-// (oldest expiry first), skipping rows another transaction holds. A job
-// with attempts left returns to PENDING, due now, with a RETRY_SCHEDULED
-// event; one without is DEAD_LETTERED. Both record failure kind
-// LEASE_EXPIRED; leaving LEASED releases any resource claim (trigger).
-func (q *Queries) JobRecoverExpiredLeases(ctx context.Context, db DBTX, maxJobs int32) ([]JobRecoverExpiredLeasesRow, error) {
-	rows, err := db.Query(ctx, jobRecoverExpiredLeases, maxJobs)
+// by the database clock (oldest expiry first), skipping rows another
+// transaction holds, and only while this transaction holds the recovery
+// advisory lock @lock_key (taken here, without waiting, until the
+// transaction ends): one recoverer at a time across processes, the others
+// recover nothing. Each expired attempt counts as spent and records failure
+// kind LEASE_EXPIRED: a job with attempts left returns to PENDING, stage
+// scheduled, due after the retry delay (@backoff_base_seconds doubled per
+// attempt, at most @backoff_max_seconds), with a RETRY_SCHEDULED event;
+// one without is DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED
+// releases any resource claim (trigger).
+func (q *Queries) JobRecoverExpiredLeases(ctx context.Context, db DBTX, arg JobRecoverExpiredLeasesParams) ([]JobRecoverExpiredLeasesRow, error) {
+	rows, err := db.Query(ctx, jobRecoverExpiredLeases,
+		arg.LockKey,
+		arg.MaxJobs,
+		arg.BackoffMaxSeconds,
+		arg.BackoffBaseSeconds,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1620,6 +1848,154 @@ func (q *Queries) JobRecoverExpiredLeases(ctx context.Context, db DBTX, maxJobs 
 	var items []JobRecoverExpiredLeasesRow
 	for rows.Next() {
 		var i JobRecoverExpiredLeasesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobReleaseMany = `-- name: JobReleaseMany :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::bool[])[i.ord] AS scoped,
+           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id
+    FROM unnest($6::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+released AS (
+    UPDATE job_queue jq
+    SET status = 'PENDING',
+        attempt = jq.attempt - 1,
+        stage = 'queued',
+        worker_id = NULL,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        started_at = NULL
+    FROM input
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.worker_id AS released_by
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt + 1, 'STAGE_CHANGED', stage,
+           jsonb_build_object('worker_id', released_by, 'released', true)
+    FROM released
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM released
+`
+
+type JobReleaseManyParams struct {
+	RunNumbers      []int32
+	Attempts        []int32
+	WorkerIds       []string
+	Scoped          []bool
+	OrganizationIds []string
+	Ids             []uuid.UUID
+}
+
+type JobReleaseManyRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       *uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobReleaseMany hands leased jobs a worker has not started back, without
+// spending their attempt: PENDING again at attempt - 1, stage queued,
+// worker, lease, heartbeat and start cleared, due as they were; one
+// STAGE_CHANGED event each, naming the worker. Leaving LEASED releases a
+// job's execution resource claim (trigger).
+func (q *Queries) JobReleaseMany(ctx context.Context, db DBTX, arg JobReleaseManyParams) ([]JobReleaseManyRow, error) {
+	rows, err := db.Query(ctx, jobReleaseMany,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.Scoped,
+		arg.OrganizationIds,
+		arg.Ids,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobReleaseManyRow
+	for rows.Next() {
+		var i JobReleaseManyRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobType,

@@ -227,6 +227,9 @@ lineage AS (
     SELECT source.id, source.run_number, $4::text, inserted.id, $5::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
+),
+notified AS (
+    SELECT pg_notify('runledger_job_due', job_type) FROM inserted WHERE $6::bool
 )
 SELECT inserted.id,
        inserted.status,
@@ -234,7 +237,8 @@ SELECT inserted.id,
        source.id AS source_job_id,
        source.run_number AS source_run_number,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count
+       (SELECT count(*) FROM lineage) AS lineage_count,
+       (SELECT count(*) FROM notified) AS notified_count
 FROM inserted CROSS JOIN source
 `
 
@@ -244,6 +248,7 @@ type JobReplayInsertParams struct {
 	ReplayJobID      uuid.UUID
 	ReplayRequestKey string
 	Reason           string
+	Notify           bool
 }
 
 type JobReplayInsertRow struct {
@@ -254,6 +259,7 @@ type JobReplayInsertRow struct {
 	SourceRunNumber int32
 	EventCount      int64
 	LineageCount    int64
+	NotifiedCount   int64
 }
 
 // JobReplayInsert creates, in one statement, the replay of a source the
@@ -264,7 +270,9 @@ type JobReplayInsertRow struct {
 // read FOR SHARE, so a definition change waits; no row, and nothing
 // written, when it is missing or disabled. It runs only while
 // runledger.replay is '<token>/locked' (this attempt locked the source and
-// found no lineage after the lock); guarded off it reads nothing.
+// found no lineage after the lock); guarded off it reads nothing. With
+// @notify set, the new job sends pg_notify on runledger_job_due (its job
+// type as payload), heard by workers when the transaction commits.
 func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
 	row := db.QueryRow(ctx, jobReplayInsert,
 		arg.SourceJobID,
@@ -272,6 +280,7 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 		arg.ReplayJobID,
 		arg.ReplayRequestKey,
 		arg.Reason,
+		arg.Notify,
 	)
 	var i JobReplayInsertRow
 	err := row.Scan(
@@ -282,6 +291,7 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 		&i.SourceRunNumber,
 		&i.EventCount,
 		&i.LineageCount,
+		&i.NotifiedCount,
 	)
 	return i, err
 }

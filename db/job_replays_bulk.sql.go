@@ -366,6 +366,11 @@ recorded AS (
     FROM source
     ORDER BY source.new_id
     RETURNING replay_job_id
+),
+notified AS (
+    SELECT pg_notify('runledger_job_due', job_type)
+    FROM (SELECT DISTINCT job_type FROM source) types
+    WHERE $6::bool
 )
 SELECT checked.source_job_id::uuid AS source_job_id,
        checked.source_run_number::int AS source_run_number,
@@ -375,7 +380,8 @@ SELECT checked.source_job_id::uuid AS source_job_id,
        (SELECT count(*) FROM inserted) AS inserted_count,
        (SELECT count(*) FROM inserted WHERE status = 'PENDING' AND run_number = 1 AND stage = 'queued') AS pending_count,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM recorded) AS lineage_count
+       (SELECT count(*) FROM recorded) AS lineage_count,
+       (SELECT count(*) FROM notified) AS notified_count
 FROM checked
 LEFT JOIN found ON found.ord = checked.ord
 ORDER BY checked.ord
@@ -387,6 +393,7 @@ type JobReplayBulkInsertParams struct {
 	SourceJobIds     []uuid.UUID
 	ReplayRequestKey string
 	Reason           string
+	Notify           bool
 }
 
 type JobReplayBulkInsertRow struct {
@@ -399,6 +406,7 @@ type JobReplayBulkInsertRow struct {
 	PendingCount        int64
 	EventCount          int64
 	LineageCount        int64
+	NotifiedCount       int64
 }
 
 // JobReplayBulkInsert is the single replay's second lookup and insert for
@@ -417,7 +425,9 @@ type JobReplayBulkInsertRow struct {
 // source beside the job (run 1, stage queued: what the insert sets, which
 // the counts check), not joined to the inserted rows. One row per source,
 // in the order given, with the counts of what was written for a check.
-// (Every lineage probe is a correlated subquery, so that it reads the
+// With @notify set, each job type inserted sends one pg_notify on
+// runledger_job_due, heard by workers when the chunk commits. (Every
+// lineage probe is a correlated subquery, so that it reads the
 // idempotency index once per source whatever the planner guesses of the
 // arrays' length.)
 func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobReplayBulkInsertParams) ([]JobReplayBulkInsertRow, error) {
@@ -427,6 +437,7 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 		arg.SourceJobIds,
 		arg.ReplayRequestKey,
 		arg.Reason,
+		arg.Notify,
 	)
 	if err != nil {
 		return nil, err
@@ -445,6 +456,7 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 			&i.PendingCount,
 			&i.EventCount,
 			&i.LineageCount,
+			&i.NotifiedCount,
 		); err != nil {
 			return nil, err
 		}

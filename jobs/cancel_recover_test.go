@@ -160,8 +160,12 @@ func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 	}
 	r := rec[0]
 	switch {
-	case r.Status != runledger.JobStatusPending, r.Stage != runledger.JobStageQueued:
-		t.Fatalf("recovered job = %s %s, want PENDING queued", r.Status, r.Stage)
+	case r.Status != runledger.JobStatusPending, r.Stage != runledger.JobStageScheduled:
+		t.Fatalf("recovered job = %s %s, want PENDING scheduled", r.Status, r.Stage)
+	case r.NextRunAt.Sub(*l.StartedAt) < jobs.Backoff(1):
+		// The retry delay of attempt 1, from the recovery's clock, which is
+		// after the lease's start.
+		t.Fatalf("due at %s, want at least %s after the attempt started (%s)", r.NextRunAt, jobs.Backoff(1), *l.StartedAt)
 	case r.WorkerID != nil, r.LeaseExpiresAt != nil:
 		t.Fatalf("worker %v lease %v, want cleared", r.WorkerID, r.LeaseExpiresAt)
 	case r.LastErrorCode == nil || *r.LastErrorCode != "job.lease_expired":
@@ -178,8 +182,28 @@ func TestRecoverExpiredLeaseReturnsJobToPending(t *testing.T) {
 	_, err = jobs.Complete(ctx, pool, testdb.CompleteRequest(l))
 	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	// The key is free: the second job on it, due since it was enqueued
-	// (before the recovered job became due again), takes it.
+	// (the recovered one is due only after its retry delay), takes it.
 	claimOnly(t, ctx, pool, second.ID)
+}
+
+// Recovery runs one at a time: while another transaction holds the
+// recovery lock, a recovery recovers nothing, without waiting for it.
+func TestRecoverExpiredLeasesOneAtATime(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
+	claimOnly(t, ctx, pool, j.ID)
+	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, j.ID)
+	holder := testdb.Begin(t, ctx, pool)
+	testdb.Exec(t, holder, `SELECT pg_advisory_xact_lock($1)`, jobs.RecoveryLockKey)
+	rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10)
+	if err != nil || len(rec) != 0 {
+		t.Fatalf("recovered %d jobs (%v) while another recovery holds the lock, want none", len(rec), err)
+	}
+	_ = holder.Rollback(ctx)
+	if rec, err = jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec) != 1 {
+		t.Fatalf("recovered %d jobs (%v) once the lock was free, want 1", len(rec), err)
+	}
 }
 
 func TestRecoverExpiredLeaseDeadLettersWhenAttemptsSpent(t *testing.T) {

@@ -22,8 +22,8 @@ type ClaimRequest struct {
 	// Limit is the most jobs to lease, 1 to MaxLimit.
 	Limit int
 	// Lease is how long the worker holds each job before RecoverExpiredLeases
-	// may take it back: at least one microsecond (PostgreSQL's precision).
-	// The command line defaults it to 30s.
+	// may take it back: 1µs (PostgreSQL's precision) to MaxLease; a
+	// heartbeat renews it. The command line defaults it to 30s.
 	Lease time.Duration
 }
 
@@ -43,10 +43,7 @@ func (r ClaimRequest) Validate() error {
 	if err := validateLimit(r.Limit, errClaimLimitInvalid, "claim limit"); err != nil {
 		return err
 	}
-	if r.Lease < time.Microsecond {
-		return invalid(errLeaseDurationInvalid, "lease must be at least 1µs, got %s", r.Lease)
-	}
-	return nil
+	return validateLease(r.Lease)
 }
 
 // Claim leases up to req.Limit due PENDING jobs to req.WorkerID in one

@@ -18,6 +18,7 @@ import (
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
+	"github.com/runledger-go/runledger/internal/wake"
 )
 
 // EnqueueRequest asks for a new job.
@@ -256,6 +257,7 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 		TimeoutSeconds:       req.TimeoutSeconds,
 		NextRunAt:            runAt,
 		ExecutionResourceKey: optionalText(req.ExecutionResourceKey),
+		Notify:               (runAt == nil || !runAt.After(time.Now())) && wake.Due(req.JobType),
 	}
 	if req.idempotent() {
 		snap := requestSnapshot{

@@ -3,8 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,32 +11,10 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
-	"github.com/runledger-go/runledger/internal/dberr"
-	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 )
-
-// heldLease identifies one attempt of a job held by a worker: what
-// Complete and Fail compare against the stored row, and the scope the
-// caller asked for (nil: unscoped).
-type heldLease struct {
-	Scope     *runledger.Scope
-	JobID     uuid.UUID
-	RunNumber int32
-	Attempt   int32
-	WorkerID  string
-}
-
-// scopeParams returns the scoped flag and organization id of the finish
-// statements for an optional scope.
-func scopeParams(scope *runledger.Scope) (bool, *uuid.UUID) {
-	if scope == nil {
-		return false, nil
-	}
-	return true, scope.OrganizationIDPtr()
-}
 
 // CompleteRequest finishes a leased job successfully.
 type CompleteRequest struct {
@@ -97,17 +73,23 @@ func validateProgress(done, total *int64) error {
 	return nil
 }
 
+func (r CompleteRequest) lease() heldLease {
+	return heldLease{Scope: r.Scope, JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID}
+}
+
 // Complete marks a leased job SUCCEEDED in one statement on the pool and
 // returns it as stored: one SUCCEEDED event, finished_at set,
 // lease_expires_at cleared, the execution resource claim released.
 //
-// It is compare-and-set on the lease (LEASED at this run and attempt to
-// this worker, and in req.Scope when one is given). Otherwise nothing is
-// written and an unlocked read tells why: runledger.CodeJobNotFound (no
-// such id, or none in the scope), else runledger.CodeLeaseMismatch, whose
-// detail names the job's status, run and attempt only when scoped and
-// never the worker holding the job (see the package documentation).
-// Completing twice is a lease mismatch the second time.
+// It is compare-and-set on the lease: LEASED at this run and attempt to
+// this worker, the lease not expired by the database clock (even before
+// recovery took it back), and in req.Scope when one is given. Otherwise
+// nothing is written and an unlocked read tells why:
+// runledger.CodeJobNotFound (no such id, or none in the scope), else
+// runledger.CodeLeaseMismatch, whose detail names the job's status, run
+// and attempt (or that the lease expired) only when scoped and never the
+// worker holding the job (see the package documentation). Completing twice
+// is a lease mismatch the second time.
 //
 // When the statement was sent and its reply lost (the connection dropped,
 // or ctx ended and the server did not answer the cancel in time), the job
@@ -115,7 +97,7 @@ func validateProgress(done, total *int64) error {
 // runledger.ErrCommitUnconfirmed. Read the job back (Get) to learn which;
 // a blind retry answers a lease mismatch if the first call won.
 func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
-	return ownedWrite(ctx, pool, "job completion", req, complete)
+	return ownedWrite(ctx, pool, "job completion", req, completeOne)
 }
 
 // CompleteTx is Complete inside the caller's transaction, which it never
@@ -123,29 +105,60 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (run
 // REPEATABLE READ or SERIALIZABLE a job changed by a concurrent committed
 // transaction fails with a Transient serialization error.
 func CompleteTx(ctx context.Context, tx pgx.Tx, req CompleteRequest) (runledger.Job, error) {
-	return joinedWrite(ctx, tx, "job completion", req, complete)
+	return joinedWrite(ctx, tx, "job completion", req, completeOne)
 }
 
-func complete(ctx context.Context, s *txn.Session, req CompleteRequest) (runledger.Job, error) {
-	workerID := req.WorkerID
-	scoped, org := scopeParams(req.Scope)
-	p := db.JobCompleteParams{
-		Output:         req.Output,
-		ProgressDone:   req.ProgressDone,
-		ProgressTotal:  req.ProgressTotal,
-		ID:             req.JobID,
-		RunNumber:      req.RunNumber,
-		Attempt:        req.Attempt,
-		WorkerID:       &workerID,
-		Scoped:         scoped,
-		OrganizationID: org,
+// CompleteMany completes a batch of leased jobs (1 to MaxLimit, each job
+// once, every entry validated first) in one statement on the pool, each
+// fenced on its lease as Complete is. It returns one result per entry, in
+// order: the job as stored, or runledger.CodeLeaseMismatch for an entry
+// whose lease is not held (nothing is written for it; the batch does not
+// read why). A lost reply is runledger.ErrCommitUnconfirmed for the whole
+// batch.
+func CompleteMany(ctx context.Context, pool *pgxpool.Pool, reqs []CompleteRequest) ([]Result[runledger.Job], error) {
+	return ownedBatch(ctx, pool, "job completion", reqs, CompleteRequest.lease, completeMany)
+}
+
+// CompleteManyTx is CompleteMany inside the caller's transaction, which it
+// never commits or rolls back.
+func CompleteManyTx(ctx context.Context, tx pgx.Tx, reqs []CompleteRequest) ([]Result[runledger.Job], error) {
+	return joinedBatch(ctx, tx, "job completion", reqs, CompleteRequest.lease, completeMany)
+}
+
+func completeOne(ctx context.Context, s *txn.Session, req CompleteRequest) (runledger.Job, error) {
+	results, err := completeMany(ctx, s, []CompleteRequest{req})
+	return one(ctx, s, "complete", req.lease(), results, err)
+}
+
+func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) ([]Result[runledger.Job], error) {
+	var a leaseArrays
+	p := db.JobCompleteManyParams{}
+	leases := make([]heldLease, len(reqs))
+	for i, r := range reqs {
+		leases[i] = r.lease()
+		a.add(leases[i])
+		p.Outputs = append(p.Outputs, r.Output)
+		p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
+		p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
 	}
-	row, err := txn.One(ctx, s, "complete job", func(q db.DBTX) (db.JobCompleteRow, error) {
-		return queries.JobComplete(ctx, q, p)
+	p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds, p.Scoped, p.OrganizationIds = a.ids, a.runs, a.attempts, a.workerIDs, a.scoped, a.orgs
+	rs, err := txn.One(ctx, s, "complete jobs", func(q db.DBTX) ([]db.JobCompleteManyRow, error) {
+		return queries.JobCompleteMany(ctx, q, p)
 	})
-	return leaseResult(ctx, s.DB(), "complete",
-		heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID},
-		db.JobQueue(row), err)
+	if err != nil {
+		return nil, err
+	}
+	return byID("complete", leases, rs, func(r db.JobCompleteManyRow) uuid.UUID { return r.ID },
+		func(r db.JobCompleteManyRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+}
+
+// orKeep is a progress value for the batch statements: -1 keeps the
+// stored value.
+func orKeep(v *int64) int64 {
+	if v == nil {
+		return -1
+	}
+	return *v
 }
 
 // FailRequest records a failed attempt of a leased job.
@@ -165,6 +178,13 @@ type FailRequest struct {
 	ErrorMessage string
 	// Terminal dead-letters the job at once, whatever attempts remain.
 	Terminal bool
+	// Kind is the failure kind the event records: "" means
+	// runledger.FailureTerminal when Terminal is set, else
+	// runledger.FailureRetryable. runledger.FailurePanicked dead-letters
+	// the job like Terminal; runledger.FailureTimeout is retryable. Lease
+	// expiry is recovery's to record (RecoverExpiredLeases), not a
+	// request's.
+	Kind runledger.FailureKind
 	// RetryDelay is how long until a retry is due; nil means
 	// Backoff(Attempt). Zero makes the retry due at once. Ignored when the
 	// job is dead-lettered.
@@ -185,7 +205,30 @@ func (r FailRequest) Validate() error {
 	if r.RetryDelay != nil && *r.RetryDelay < 0 {
 		return invalid(errRetryDelayInvalid, "retry delay must not be negative, got %s", *r.RetryDelay)
 	}
+	switch r.Kind {
+	case "", runledger.FailureRetryable, runledger.FailureTerminal, runledger.FailurePanicked, runledger.FailureTimeout:
+	default:
+		return invalid(errFailureInvalid, "failure kind %q is not RETRYABLE, TERMINAL, PANICKED or TIMEOUT", r.Kind)
+	}
 	return nil
+}
+
+func (r FailRequest) lease() heldLease {
+	return heldLease{Scope: r.Scope, JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID}
+}
+
+// kind is the failure kind the request records, and whether it
+// dead-letters the job whatever attempts remain.
+func (r FailRequest) kind() (runledger.FailureKind, bool) {
+	switch {
+	case r.Kind == runledger.FailurePanicked:
+		return r.Kind, true
+	case r.Kind != "":
+		return r.Kind, r.Terminal || r.Kind == runledger.FailureTerminal
+	case r.Terminal:
+		return runledger.FailureTerminal, true
+	}
+	return runledger.FailureRetryable, false
 }
 
 // Backoff bounds: the first retry waits BackoffBase, each later one twice
@@ -218,90 +261,67 @@ func Backoff(attempt int32) time.Duration {
 // pool and returns the job as stored after it. The lease and scope are
 // compared, and a miss reported, exactly as by Complete.
 //
-// With attempts left (attempt < max_attempts) and Terminal false the job
+// With attempts left (attempt < max_attempts) and a retryable kind the job
 // returns to PENDING, stage scheduled, due after the retry delay, worker
 // cleared, with a RETRY_SCHEDULED event; the next claim starts attempt + 1
-// of the same run. Otherwise it is DEAD_LETTERED (finished) with a
-// DEAD_LETTERED event. Either way the error code and message are stored
-// and the execution resource claim is released. A lost reply is
-// runledger.ErrCommitUnconfirmed, as for Complete.
+// of the same run. Otherwise (Terminal, or kind TERMINAL or PANICKED, or
+// no attempts left) it is DEAD_LETTERED (finished) with a DEAD_LETTERED
+// event. Either way the error code and message are stored, the event
+// records the failure kind, and the execution resource claim is released.
+// A lost reply is runledger.ErrCommitUnconfirmed, as for Complete.
 func Fail(ctx context.Context, pool *pgxpool.Pool, req FailRequest) (runledger.Job, error) {
-	return ownedWrite(ctx, pool, "job failure", req, fail)
+	return ownedWrite(ctx, pool, "job failure", req, failOne)
 }
 
 // FailTx is Fail inside the caller's transaction, which it never commits
 // or rolls back; the job stays locked until it ends.
 func FailTx(ctx context.Context, tx pgx.Tx, req FailRequest) (runledger.Job, error) {
-	return joinedWrite(ctx, tx, "job failure", req, fail)
+	return joinedWrite(ctx, tx, "job failure", req, failOne)
 }
 
-func fail(ctx context.Context, s *txn.Session, req FailRequest) (runledger.Job, error) {
-	delay := Backoff(req.Attempt)
-	if req.RetryDelay != nil {
-		delay = *req.RetryDelay
+// FailMany records a batch of failed attempts (1 to MaxLimit, each job
+// once, every entry validated first) in one statement on the pool, each as
+// Fail does and fenced on its lease; results as CompleteMany's.
+func FailMany(ctx context.Context, pool *pgxpool.Pool, reqs []FailRequest) ([]Result[runledger.Job], error) {
+	return ownedBatch(ctx, pool, "job failure", reqs, FailRequest.lease, failMany)
+}
+
+// FailManyTx is FailMany inside the caller's transaction, which it never
+// commits or rolls back.
+func FailManyTx(ctx context.Context, tx pgx.Tx, reqs []FailRequest) ([]Result[runledger.Job], error) {
+	return joinedBatch(ctx, tx, "job failure", reqs, FailRequest.lease, failMany)
+}
+
+func failOne(ctx context.Context, s *txn.Session, req FailRequest) (runledger.Job, error) {
+	results, err := failMany(ctx, s, []FailRequest{req})
+	return one(ctx, s, "fail", req.lease(), results, err)
+}
+
+func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result[runledger.Job], error) {
+	var a leaseArrays
+	p := db.JobFailManyParams{}
+	leases := make([]heldLease, len(reqs))
+	for i, r := range reqs {
+		leases[i] = r.lease()
+		a.add(leases[i])
+		kind, terminal := r.kind()
+		delay := Backoff(r.Attempt)
+		if r.RetryDelay != nil {
+			delay = *r.RetryDelay
+		}
+		p.Terminal = append(p.Terminal, terminal)
+		p.FailureKinds = append(p.FailureKinds, string(kind))
+		p.RetryDelaySeconds = append(p.RetryDelaySeconds, delay.Seconds())
+		p.ErrorCodes = append(p.ErrorCodes, r.ErrorCode)
+		p.ErrorMessages = append(p.ErrorMessages, r.ErrorMessage)
 	}
-	workerID := req.WorkerID
-	scoped, org := scopeParams(req.Scope)
-	p := db.JobFailParams{
-		Terminal:          req.Terminal,
-		RetryDelaySeconds: delay.Seconds(),
-		ErrorCode:         optionalText(req.ErrorCode),
-		ErrorMessage:      optionalText(req.ErrorMessage),
-		ID:                req.JobID,
-		RunNumber:         req.RunNumber,
-		Attempt:           req.Attempt,
-		WorkerID:          &workerID,
-		Scoped:            scoped,
-		OrganizationID:    org,
-	}
-	row, err := txn.One(ctx, s, "fail job", func(q db.DBTX) (db.JobFailRow, error) {
-		return queries.JobFail(ctx, q, p)
+	p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds, p.Scoped, p.OrganizationIds = a.ids, a.runs, a.attempts, a.workerIDs, a.scoped, a.orgs
+	rs, err := txn.One(ctx, s, "fail jobs", func(q db.DBTX) ([]db.JobFailManyRow, error) {
+		return queries.JobFailMany(ctx, q, p)
 	})
-	return leaseResult(ctx, s.DB(), "fail",
-		heldLease{Scope: req.Scope, JobID: req.JobID, RunNumber: req.RunNumber, Attempt: req.Attempt, WorkerID: req.WorkerID},
-		db.JobQueue(row), err)
-}
-
-// leaseResult is the result of a compare-and-set on a lease (op "complete"
-// or "fail"): the job as stored, or why no row matched.
-func leaseResult(ctx context.Context, q db.DBTX, op string, lease heldLease, row db.JobQueue, err error) (runledger.Job, error) {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return runledger.Job{}, classifyLeaseMiss(ctx, q, op, lease)
-	}
 	if err != nil {
-		return runledger.Job{}, dberr.Translate(ctx, op+" job", err)
+		return nil, err
 	}
-	return rows.Job(row)
-}
-
-// classifyLeaseMiss explains a compare-and-set that matched no row, with an
-// unlocked read. With a scope the read is scoped like the statement was (a
-// job outside it is not found) and the detail names the job's status, run
-// and attempt. Without one the read only tells whether the id exists, in
-// any scope, so nothing else of another tenant's job can reach the error.
-// Neither ever names the job's worker.
-func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease) error {
-	request := fmt.Sprintf("request holds run %d attempt %d worker %q", want.RunNumber, want.Attempt, want.WorkerID)
-	if want.Scope == nil {
-		exists, err := queries.JobExistsAnyScope(ctx, q, want.JobID)
-		if err != nil {
-			return dberr.Translate(ctx, "read job after lease mismatch", err)
-		}
-		if !exists {
-			return errs.JobNotFound.Newf("%s job: job %s does not exist", op, want.JobID)
-		}
-		return errs.LeaseMismatch.Newf(
-			"%s job %s: the job exists but that lease is not held (%s; the job's state is shown only to a scoped request)",
-			op, want.JobID, request)
-	}
-	actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return errs.JobNotFound.Newf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope)
-	}
-	if err != nil {
-		return dberr.Translate(ctx, "read job after lease mismatch", err)
-	}
-	return errs.LeaseMismatch.Newf(
-		"%s job %s: job is %s at run %d attempt %d; %s",
-		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, request)
+	return byID("fail", leases, rs, func(r db.JobFailManyRow) uuid.UUID { return r.ID },
+		func(r db.JobFailManyRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
 }

@@ -13,18 +13,27 @@ import (
 	"github.com/runledger-go/runledger/internal/txn"
 )
 
+// RecoveryLockKey is the PostgreSQL advisory lock (transaction-level) that
+// a lease recovery holds while it runs: one recovery at a time across
+// processes.
+const RecoveryLockKey int64 = 0x726c_7265_636f // "rlreco"
+
 // RecoverExpiredLeases takes back up to limit (1 to MaxLimit, else
-// job.recover_limit_invalid) leases that expired, oldest expiry first, in a
-// READ COMMITTED transaction of its own, and returns the recovered jobs as
-// stored after. A job with attempts left returns to PENDING (stage queued,
-// due now, worker cleared) with a RETRY_SCHEDULED event; one without is
-// DEAD_LETTERED with a DEAD_LETTERED event; both record last_error_code
-// job.lease_expired and failure kind LEASE_EXPIRED, and the attempt counts
-// as spent. Their execution resource claims are released, and claims whose
-// delayed release (from a cancel during a live lease) is due are purged.
-// Expired leases another transaction holds are skipped (SKIP LOCKED), so
-// concurrent recoverers never process the same job. A worker still running
-// a recovered job gets runledger.CodeLeaseMismatch when it finishes.
+// job.recover_limit_invalid) leases that expired by the database clock,
+// oldest expiry first, in a READ COMMITTED transaction of its own, and
+// returns the recovered jobs as stored after. Only one recovery runs at a
+// time across processes: while another transaction holds RecoveryLockKey
+// it recovers nothing (an empty result), without waiting. Each expired
+// attempt counts as spent and records failure kind LEASE_EXPIRED and
+// last_error_code job.lease_expired: a job with attempts left returns to
+// PENDING (stage scheduled, worker cleared), due after Backoff(attempt),
+// with a RETRY_SCHEDULED event; one without is DEAD_LETTERED with a
+// DEAD_LETTERED event. Their execution resource claims are released, and
+// claims whose delayed release (from a cancel during a live lease) is due
+// are purged. Expired leases another transaction holds are skipped (SKIP
+// LOCKED). A worker still running a recovered job has its next heartbeat,
+// Complete or Fail refused (runledger.CodeLeaseMismatch); those were
+// already refused once the lease expired.
 func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([]runledger.Job, error) {
 	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
@@ -45,7 +54,10 @@ func RecoverExpiredLeasesTx(ctx context.Context, tx pgx.Tx, limit int) ([]runled
 }
 
 func recoverExpired(ctx context.Context, tx db.DBTX, limit int) ([]runledger.Job, error) {
-	recovered, err := queries.JobRecoverExpiredLeases(ctx, tx, int32(limit))
+	recovered, err := queries.JobRecoverExpiredLeases(ctx, tx, db.JobRecoverExpiredLeasesParams{
+		LockKey: RecoveryLockKey, MaxJobs: int32(limit),
+		BackoffBaseSeconds: BackoffBase.Seconds(), BackoffMaxSeconds: BackoffMax.Seconds(),
+	})
 	if err != nil {
 		return nil, dberr.Translate(ctx, "recover expired job leases", err)
 	}

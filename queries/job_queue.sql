@@ -9,6 +9,10 @@
 -- enqueue_request) runs only under READ COMMITTED, else it reads and
 -- writes nothing and the caller refuses. No row, and nothing written,
 -- when the definition is missing or disabled or the key or id is taken.
+-- With @notify set, an inserted job that is due now sends pg_notify on
+-- channel runledger_job_due with its job type as payload, which listening
+-- workers hear when the transaction commits (and not at all if it rolls
+-- back).
 -- name: JobEnqueue :one
 WITH definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
@@ -43,8 +47,15 @@ event AS (
     INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
     SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
+),
+notified AS (
+    SELECT pg_notify('runledger_job_due', job_type)
+    FROM inserted
+    WHERE @notify::bool AND next_run_at <= now()
 )
-SELECT * FROM inserted;
+-- The filter is always true; it makes the statement run the notification
+-- (a CTE without side effects runs only where it is read).
+SELECT * FROM inserted WHERE (SELECT count(*) FROM notified) >= 0;
 
 -- JobLockByIdempotencyKeyGlobal finds the global-scope job holding a key
 -- and locks it FOR NO KEY UPDATE (the status reported to the caller stays
@@ -210,33 +221,55 @@ event AS (
 SELECT * FROM leased
 ORDER BY priority DESC, next_run_at, created_at;
 
--- JobComplete marks a leased job SUCCEEDED, compare-and-set on the lease:
--- it changes the job only while it is LEASED at this run and attempt to
--- this worker. With @scoped true the job must also be in the caller's
--- exact scope (null-safe: a NULL organization_id matches only global
--- jobs); with @scoped false any scope matches, the lease alone identifies
--- the job. It stores the output and, where given, the final progress, and
--- writes one SUCCEEDED event. No row when the lease or scope does not
--- match; nothing is written then. Leaving LEASED releases the job's
--- execution resource claim (trigger).
--- name: JobComplete :one
-WITH completed AS (
-    UPDATE job_queue
+-- The worker's writes. Each takes a batch of leases as parallel arrays
+-- (@ids with, at the same position, the run, attempt, worker id, whether
+-- the caller is scoped and its organization, and what the write records)
+-- and changes a job only while its lease is held: LEASED at that run and
+-- attempt to that worker, the lease not yet expired by the database clock
+-- (clock_timestamp(), so two workers never both finish one attempt, even
+-- before recovery takes an expired lease back), and, for a scoped entry,
+-- in that exact scope (null-safe: a NULL organization_id matches only
+-- global jobs). A job whose lease does not match is left as it is and
+-- returns no row; nothing is written for it. The runtime names every
+-- job's tenant (it knows it from the claim). An id given twice is updated
+-- once (callers refuse duplicates). An organization is given as text, ''
+-- for the global scope (NULL), which a uuid[] cannot carry.
+
+-- JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
+-- stores NULL), the final progress where given (-1: keep the stored
+-- value), finished_at, the lease cleared, and one SUCCEEDED event each.
+-- Leaving LEASED releases a job's execution resource claim (trigger).
+-- name: JobCompleteMany :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@scoped::bool[])[i.ord] AS scoped,
+           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id,
+           (@outputs::jsonb[])[i.ord] AS output,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+completed AS (
+    UPDATE job_queue jq
     SET status = 'SUCCEEDED',
         stage = 'completed',
-        output = sqlc.narg(output)::jsonb,
-        progress_done = COALESCE(sqlc.narg(progress_done)::bigint, progress_done),
-        progress_total = COALESCE(sqlc.narg(progress_total)::bigint, progress_total),
+        output = input.output,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = now(),
         lease_expires_at = NULL
-    WHERE job_queue.id = @id
-      AND job_queue.run_number = @run_number
-      AND job_queue.attempt = @attempt
-      AND job_queue.worker_id = @worker_id
-      AND job_queue.status = 'LEASED'
-      AND (NOT @scoped::bool
-           OR job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid)
-    RETURNING *
+    FROM input
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.*
 ),
 event AS (
     INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
@@ -246,36 +279,51 @@ event AS (
 )
 SELECT * FROM completed;
 
--- JobFail records a failed attempt, compare-and-set on the lease like
--- JobComplete. With attempts left and @terminal false the job goes back to
--- PENDING, stage scheduled, due after @retry_delay_seconds, and gets a
--- RETRY_SCHEDULED event; otherwise it is DEAD_LETTERED (finished) with a
--- DEAD_LETTERED event. The error code and message are stored on the job
--- and in the event. @scoped and @organization_id as for JobComplete. No row
--- when the lease or scope does not match.
--- name: JobFail :one
-WITH failed AS (
-    UPDATE job_queue
-    SET status = CASE WHEN @terminal::bool OR attempt >= max_attempts
+-- JobFailMany records failed attempts of leased jobs. A job with attempts
+-- left whose entry is not terminal goes back to PENDING, stage scheduled,
+-- due after its retry delay, worker cleared, with a RETRY_SCHEDULED event;
+-- any other is DEAD_LETTERED (finished) with a DEAD_LETTERED event. The
+-- error code and message ('' stores NULL) are stored on the job and, with
+-- the failure kind, in the event. Leaving LEASED releases a job's
+-- execution resource claim (trigger).
+-- name: JobFailMany :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@scoped::bool[])[i.ord] AS scoped,
+           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id,
+           (@terminal::bool[])[i.ord] AS terminal,
+           (@failure_kinds::text[])[i.ord] AS failure_kind,
+           (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
+           NULLIF((@error_messages::text[])[i.ord], '') AS error_message
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+failed AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
-        stage = CASE WHEN @terminal::bool OR attempt >= max_attempts
-                     THEN stage ELSE 'scheduled' END,
-        next_run_at = CASE WHEN @terminal::bool OR attempt >= max_attempts
-                           THEN next_run_at
-                           ELSE now() + make_interval(secs => @retry_delay_seconds::float8) END,
-        finished_at = CASE WHEN @terminal::bool OR attempt >= max_attempts THEN now() END,
-        worker_id = CASE WHEN @terminal::bool OR attempt >= max_attempts THEN worker_id END,
+        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                     THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                           THEN jq.next_run_at
+                           ELSE now() + make_interval(secs => input.retry_delay_seconds) END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN now() END,
+        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
-        last_error_code = sqlc.narg(error_code)::text,
-        last_error_message = sqlc.narg(error_message)::text
-    WHERE job_queue.id = @id
-      AND job_queue.run_number = @run_number
-      AND job_queue.attempt = @attempt
-      AND job_queue.worker_id = @worker_id
-      AND job_queue.status = 'LEASED'
-      AND (NOT @scoped::bool
-           OR job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid)
-    RETURNING *
+        last_error_code = input.error_code,
+        last_error_message = input.error_message
+    FROM input
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.*, input.failure_kind
 ),
 event AS (
     INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
@@ -284,13 +332,119 @@ event AS (
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
            jsonb_strip_nulls(jsonb_build_object(
-               'failure_kind', CASE WHEN @terminal::bool THEN 'TERMINAL' ELSE 'RETRYABLE' END,
+               'failure_kind', failure_kind,
                'error_code', last_error_code,
                'error_message', last_error_message,
                'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
     FROM failed
 )
-SELECT * FROM failed;
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM failed;
+
+-- JobHeartbeatMany renews held leases: lease_expires_at = the database
+-- clock + the entry's lease, last_heartbeat_at = the clock, and, where the
+-- entry gives them, progress (-1: keep) and a checkpoint (NULL: keep). A
+-- renewed lease carries its new expiry to the job's execution resource
+-- claim (trigger). An entry whose progress or checkpoint differs from the
+-- stored one writes one PROGRESS event; a plain heartbeat writes none.
+-- (The self-join reads the row as it was before the update, to tell a
+-- change; only the lease holder writes these columns.)
+-- name: JobHeartbeatMany :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@scoped::bool[])[i.ord] AS scoped,
+           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id,
+           (@lease_seconds::float8[])[i.ord] AS lease_seconds,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
+           (@checkpoints::jsonb[])[i.ord] AS checkpoint
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+beat AS (
+    UPDATE job_queue jq
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => input.lease_seconds),
+        last_heartbeat_at = clock_timestamp(),
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input
+    JOIN job_queue before ON before.id = input.id
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.id, jq.organization_id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+              jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
+               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT id, run_number, attempt, 'PROGRESS', stage, progress_done, progress_total,
+           jsonb_build_object('worker_id', worker_id)
+    FROM beat
+    WHERE changed
+)
+SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
+       progress_done, progress_total, changed
+FROM beat;
+
+-- JobReleaseMany hands leased jobs a worker has not started back, without
+-- spending their attempt: PENDING again at attempt - 1, stage queued,
+-- worker, lease, heartbeat and start cleared, due as they were; one
+-- STAGE_CHANGED event each, naming the worker. Leaving LEASED releases a
+-- job's execution resource claim (trigger).
+-- name: JobReleaseMany :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@scoped::bool[])[i.ord] AS scoped,
+           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+released AS (
+    UPDATE job_queue jq
+    SET status = 'PENDING',
+        attempt = jq.attempt - 1,
+        stage = 'queued',
+        worker_id = NULL,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        started_at = NULL
+    FROM input
+    WHERE jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock_timestamp()
+      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+    RETURNING jq.*, input.worker_id AS released_by
+),
+event AS (
+    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt + 1, 'STAGE_CHANGED', stage,
+           jsonb_build_object('worker_id', released_by, 'released', true)
+    FROM released
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM released;
 
 -- JobCancel cancels a PENDING or LEASED job in the caller's scope, records
 -- the reason as status_reason and writes one CANCELED event. A leased job
@@ -317,16 +471,23 @@ event AS (
 SELECT * FROM canceled;
 
 -- JobRecoverExpiredLeases takes back up to @max_jobs leases that ran out
--- (oldest expiry first), skipping rows another transaction holds. A job
--- with attempts left returns to PENDING, due now, with a RETRY_SCHEDULED
--- event; one without is DEAD_LETTERED. Both record failure kind
--- LEASE_EXPIRED; leaving LEASED releases any resource claim (trigger).
+-- by the database clock (oldest expiry first), skipping rows another
+-- transaction holds, and only while this transaction holds the recovery
+-- advisory lock @lock_key (taken here, without waiting, until the
+-- transaction ends): one recoverer at a time across processes, the others
+-- recover nothing. Each expired attempt counts as spent and records failure
+-- kind LEASE_EXPIRED: a job with attempts left returns to PENDING, stage
+-- scheduled, due after the retry delay (@backoff_base_seconds doubled per
+-- attempt, at most @backoff_max_seconds), with a RETRY_SCHEDULED event;
+-- one without is DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED
+-- releases any resource claim (trigger).
 -- name: JobRecoverExpiredLeases :many
 WITH expired AS (
     SELECT id
     FROM job_queue
     WHERE status = 'LEASED'
-      AND lease_expires_at < now()
+      AND lease_expires_at < clock_timestamp()
+      AND pg_try_advisory_xact_lock(@lock_key::bigint)
     ORDER BY lease_expires_at
     LIMIT @max_jobs
     FOR UPDATE SKIP LOCKED
@@ -335,8 +496,10 @@ recovered AS (
     UPDATE job_queue jq
     SET status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
-        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'queued' END,
-        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at ELSE now() END,
+        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
+                           ELSE now() + make_interval(secs => least(sqlc.arg(backoff_max_seconds)::float8,
+                                    sqlc.arg(backoff_base_seconds)::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
         finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN now() END,
         worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
@@ -352,7 +515,10 @@ event AS (
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
-           jsonb_build_object('failure_kind', 'LEASE_EXPIRED', 'error_code', last_error_code)
+           jsonb_strip_nulls(jsonb_build_object(
+               'failure_kind', 'LEASE_EXPIRED',
+               'error_code', last_error_code,
+               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
     FROM recovered
 )
 SELECT * FROM recovered;

@@ -76,7 +76,9 @@ LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- read FOR SHARE, so a definition change waits; no row, and nothing
 -- written, when it is missing or disabled. It runs only while
 -- runledger.replay is '<token>/locked' (this attempt locked the source and
--- found no lineage after the lock); guarded off it reads nothing.
+-- found no lineage after the lock); guarded off it reads nothing. With
+-- @notify set, the new job sends pg_notify on runledger_job_due (its job
+-- type as payload), heard by workers when the transaction commits.
 -- name: JobReplayInsert :one
 WITH source AS (
     SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
@@ -114,6 +116,9 @@ lineage AS (
     SELECT source.id, source.run_number, @replay_request_key::text, inserted.id, @reason::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
+),
+notified AS (
+    SELECT pg_notify('runledger_job_due', job_type) FROM inserted WHERE @notify::bool
 )
 SELECT inserted.id,
        inserted.status,
@@ -121,7 +126,8 @@ SELECT inserted.id,
        source.id AS source_job_id,
        source.run_number AS source_run_number,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count
+       (SELECT count(*) FROM lineage) AS lineage_count,
+       (SELECT count(*) FROM notified) AS notified_count
 FROM inserted CROSS JOIN source;
 
 -- JobReplayListForSource lists the replays made from a job, oldest first,

@@ -44,7 +44,8 @@ func poolInMode(t *testing.T, ctx context.Context, url string, mode pgx.QueryExe
 
 // The whole API works in every exec mode, pool-owned and in a caller's
 // transaction: definitions, enqueue (unkeyed, keyed, with a chosen id),
-// claim, complete with output and progress, fail, cancel, lease recovery,
+// claim, heartbeats (single and batch, progress and checkpoint), release,
+// complete with output and progress, fail, cancel, lease recovery,
 // the reads, replay (every outcome) and bulk replay by list and by filter.
 func TestEveryExecModeWholeAPI(t *testing.T) {
 	t.Parallel()
@@ -103,6 +104,30 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 			if err != nil || len(leased) != 6 {
 				t.Fatalf("claim: %d jobs, %v", len(leased), err)
 			}
+			// Heartbeats: one with progress and a checkpoint, then all six.
+			hb := jobs.HeartbeatRequest{JobID: leased[0].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[0].WorkerID, Lease: time.Minute,
+				ProgressDone: testdb.Ptr[int64](1), ProgressTotal: testdb.Ptr[int64](3), Checkpoint: json.RawMessage(`{"page":1}`)}
+			if r, err := jobs.Heartbeat(ctx, pool, hb); err != nil || !r.Recorded {
+				t.Fatalf("heartbeat: %+v, %v", r, err)
+			}
+			var beats []jobs.HeartbeatRequest
+			for _, l := range leased {
+				beats = append(beats, jobs.HeartbeatRequest{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID, Lease: time.Minute})
+			}
+			if rs, err := jobs.HeartbeatMany(ctx, pool, beats); err != nil || len(rs) != 6 || rs[5].Err != nil {
+				t.Fatalf("heartbeat many: %+v, %v", rs, err)
+			}
+			extra := enqueue(jobs.EnqueueRequest{}, true).Job
+			held, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w-release", JobTypes: []string{jobType}, Limit: 1, Lease: time.Minute})
+			if err != nil || len(held) != 1 || held[0].ID != extra.ID {
+				t.Fatalf("claim one: %+v, %v", held, err)
+			}
+			if rs, err := jobs.Release(ctx, pool, []jobs.ReleaseRequest{{JobID: extra.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-release"}}); err != nil || rs[0].Err != nil {
+				t.Fatalf("release: %+v, %v", rs, err)
+			}
+			if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: org, JobID: extra.ID}); err != nil {
+				t.Fatalf("cancel the released job: %v", err)
+			}
 			done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{
 				JobID: leased[0].ID, RunNumber: leased[0].RunNumber, Attempt: leased[0].Attempt, WorkerID: *leased[0].WorkerID,
 				Output: json.RawMessage(`{"sent":true}`), ProgressDone: testdb.Ptr[int64](3), ProgressTotal: testdb.Ptr[int64](3),
@@ -153,10 +178,10 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 			if _, err := jobs.Get(ctx, pool, org, done.ID); err != nil {
 				t.Fatalf("get: %v", err)
 			}
-			if evs, err := jobs.Events(ctx, pool, org, done.ID); err != nil || len(evs) != 3 {
+			if evs, err := jobs.Events(ctx, pool, org, done.ID); err != nil || len(evs) != 4 {
 				t.Fatalf("events: %d, %v", len(evs), err)
 			}
-			if page, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: org, Limit: 100}); err != nil || len(page.Jobs) != 6 {
+			if page, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: org, Limit: 100}); err != nil || len(page.Jobs) != 7 {
 				t.Fatalf("list: %d, %v", len(page.Jobs), err)
 			}
 			if _, err := jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: org, JobID: done.ID}); err != nil {

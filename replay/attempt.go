@@ -15,6 +15,7 @@ import (
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/wake"
 )
 
 // One attempt of the protocol: its statements in one round trip, then the
@@ -25,6 +26,10 @@ import (
 // which holds the attempt's token and what the statements so far found; a
 // token is unique within the transaction that compares it.
 var lockTokens atomic.Uint64
+
+// replayWakeKey is the wake limiter's key for replays (see package
+// internal/wake).
+const replayWakeKey = "\x00replay"
 
 // attempt holds the results of one attempt's statements.
 type attempt struct {
@@ -53,6 +58,9 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 		return nil, errs.JobIDFailed.New("generate replay job id: " + err.Error())
 	}
 	a := &attempt{token: strconv.FormatUint(lockTokens.Add(1), 36), replayID: replayID}
+	// The replay's job type is the source's, unknown until the lock: one
+	// limiter key for every replay.
+	notify := wake.Due(replayWakeKey)
 	org := req.Scope.OrganizationIDPtr()
 	missing := a.token + "/missing"
 	c := call(req, n)
@@ -94,6 +102,7 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 	a.insert = txn.Queue(b, "record successful job replay", func(q db.DBTX) (db.JobReplayInsertRow, error) {
 		return queries.JobReplayInsert(ctx, q, db.JobReplayInsertParams{
 			SourceJobID: req.SourceJobID, ReplayJobID: replayID, ReplayRequestKey: req.Key, Reason: req.Reason, Token: a.token,
+			Notify: notify,
 		})
 	})
 	b.PointIf(fpAfterInsert, c, func() bool { return a.insert.Row() })

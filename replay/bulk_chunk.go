@@ -124,7 +124,7 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		insert = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkInsertRow, error) {
 			return queries.JobReplayBulkInsert(ctx, q, db.JobReplayBulkInsertParams{
 				SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
-				ReplayRequestKey: b.req.Key, Reason: b.req.Reason,
+				ReplayRequestKey: b.req.Key, Reason: b.req.Reason, Notify: !b.req.DryRun,
 			})
 		})
 	}

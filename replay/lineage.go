@@ -25,7 +25,6 @@ const DefaultListLimit = 100
 // maxListLimit is the largest page List returns.
 const maxListLimit = 1000
 
-
 // LineagePage selects a page of List.
 type LineagePage struct {
 	// After, when set, starts the page after that replay job (the last one

@@ -189,6 +189,11 @@ type auditValues map[string]string
 // by name when the audit knows the name, else a plain value of the type.
 func (v auditValues) literal(name, typ string) (string, error) {
 	if lit, ok := v[strings.ToLower(name)]; ok {
+		if strings.HasSuffix(typ, "[]") && !strings.HasPrefix(lit, "ARRAY") {
+			// A batch statement's array of a value the audit knows as a
+			// scalar.
+			return "ARRAY[(" + lit + ")]::" + typ, nil
+		}
 		return "(" + lit + ")::" + typ, nil
 	}
 	switch typ {
@@ -200,6 +205,14 @@ func (v auditValues) literal(name, typ string) (string, error) {
 		return "'audit'::text", nil
 	case "text[]":
 		return "ARRAY['audit']::text[]", nil
+	case "integer[]", "bigint[]":
+		return "ARRAY[1]::" + typ, nil
+	case "boolean[]":
+		return "ARRAY[false]::boolean[]", nil
+	case "double precision[]":
+		return "ARRAY[30]::double precision[]", nil
+	case "jsonb[]":
+		return "ARRAY[NULL]::jsonb[]", nil
 	case "integer", "bigint", "smallint", "double precision", "numeric":
 		return "1::" + typ, nil
 	case "boolean":

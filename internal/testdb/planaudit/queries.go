@@ -139,11 +139,11 @@ func (q Query) Body() string {
 }
 
 // IsUtility reports a transaction-control or session statement (BEGIN,
-// COMMIT, ROLLBACK, SET, SHOW, ...), which has no plan.
+// COMMIT, ROLLBACK, SET, SHOW, LISTEN, ...), which has no plan.
 func (q Query) IsUtility() bool {
 	first := strings.ToUpper(strings.Fields(q.Body() + " x")[0])
 	switch first {
-	case "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "RESET", "SHOW", "SAVEPOINT", "RELEASE":
+	case "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "RESET", "SHOW", "SAVEPOINT", "RELEASE", "LISTEN", "UNLISTEN":
 		return true
 	}
 	return false

@@ -1,0 +1,230 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
+)
+
+// MaxLease is the longest lease a claim or a heartbeat may ask for.
+const MaxLease = 24 * time.Hour
+
+var (
+	errCheckpointInvalid = errs.Validation("job.checkpoint_invalid",
+		"Job checkpoint must be valid JSON.")
+	errCheckpointTooLarge = errs.Validation("job.checkpoint_too_large",
+		"Job checkpoint is too large.")
+)
+
+// HeartbeatRequest renews the lease a worker holds on a job, and may
+// record the job's progress and a checkpoint.
+type HeartbeatRequest struct {
+	// Scope, JobID, RunNumber, Attempt and WorkerID identify the lease, as
+	// for CompleteRequest (nil Scope: unscoped).
+	Scope     *runledger.Scope
+	JobID     uuid.UUID
+	RunNumber int32
+	Attempt   int32
+	WorkerID  string
+	// Lease is the new lease, counted from the database's clock at the
+	// heartbeat: 1µs to MaxLease.
+	Lease time.Duration
+	// ProgressDone and ProgressTotal, when set, record progress; nil keeps
+	// the stored value.
+	ProgressDone  *int64
+	ProgressTotal *int64
+	// Checkpoint, when not nil, is stored as the job's checkpoint (any
+	// JSON value), which a later attempt of the run can read to resume.
+	Checkpoint json.RawMessage
+	// MaxCheckpointBytes caps len(Checkpoint) for this call; zero (or
+	// negative) means DefaultMaxJSONBytes.
+	MaxCheckpointBytes int
+}
+
+// Validate checks the request without touching the database: worker id,
+// lease (job.lease_duration_invalid: below 1µs or above MaxLease),
+// progress (job.progress_invalid) and checkpoint (job.checkpoint_too_large,
+// job.checkpoint_invalid).
+func (r HeartbeatRequest) Validate() error {
+	if err := validateWorkerID(r.WorkerID); err != nil {
+		return err
+	}
+	if err := validateLease(r.Lease); err != nil {
+		return err
+	}
+	if err := validateProgress(r.ProgressDone, r.ProgressTotal); err != nil {
+		return err
+	}
+	if r.Checkpoint != nil {
+		if max := jsonLimit(r.MaxCheckpointBytes); len(r.Checkpoint) > max {
+			return invalid(errCheckpointTooLarge, "job checkpoint must be at most %d bytes, got %d", max, len(r.Checkpoint))
+		}
+		if err := validateJSON(r.Checkpoint); err != nil {
+			return invalid(errCheckpointInvalid, "job checkpoint: %v", err)
+		}
+	}
+	return nil
+}
+
+// validateLease checks a requested lease: 1µs (PostgreSQL's precision) to
+// MaxLease.
+func validateLease(d time.Duration) error {
+	if d < time.Microsecond || d > MaxLease {
+		return invalid(errLeaseDurationInvalid, "lease must be between 1µs and %s, got %s", MaxLease, d)
+	}
+	return nil
+}
+
+func (r HeartbeatRequest) lease() heldLease {
+	return heldLease{Scope: r.Scope, JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID}
+}
+
+// HeartbeatResult is a renewed lease.
+type HeartbeatResult struct {
+	JobID uuid.UUID
+	// LeaseExpiresAt is the new end of the lease; LastHeartbeatAt the
+	// database time of the heartbeat.
+	LeaseExpiresAt  time.Time
+	LastHeartbeatAt time.Time
+	// ProgressDone and ProgressTotal are the job's progress after it.
+	ProgressDone  *int64
+	ProgressTotal *int64
+	// Recorded reports that the progress or the checkpoint changed, and a
+	// PROGRESS event was written.
+	Recorded bool
+}
+
+// Heartbeat renews a lease in one statement on the pool: fenced on the
+// lease and the database clock as Complete is (LEASED at this run and
+// attempt to this worker, not yet expired), it sets lease_expires_at to the
+// database's clock plus req.Lease and last_heartbeat_at to the clock,
+// renews the job's execution resource claim with the lease, and records
+// the progress and checkpoint the request gives. A heartbeat that changes
+// neither writes no event; one that changes either writes one PROGRESS
+// event. A refused heartbeat (runledger.CodeLeaseMismatch: the job was
+// canceled, finished, recovered or leased again, or the lease expired;
+// runledger.CodeJobNotFound) writes nothing and tells the worker to stop:
+// nothing more may be written for that attempt. A lost reply is
+// runledger.ErrCommitUnconfirmed.
+func Heartbeat(ctx context.Context, pool *pgxpool.Pool, req HeartbeatRequest) (HeartbeatResult, error) {
+	return ownedWrite(ctx, pool, "job heartbeat", req, heartbeatOne)
+}
+
+// HeartbeatTx is Heartbeat inside the caller's transaction, which it never
+// commits or rolls back; the job stays locked until it ends.
+func HeartbeatTx(ctx context.Context, tx pgx.Tx, req HeartbeatRequest) (HeartbeatResult, error) {
+	return joinedWrite(ctx, tx, "job heartbeat", req, heartbeatOne)
+}
+
+// HeartbeatMany renews a batch of leases (1 to MaxLimit, each job once,
+// every entry validated first) in one statement on the pool, each as
+// Heartbeat does; one result per entry, in order, a refused entry's error
+// runledger.CodeLeaseMismatch (the batch does not read why). A worker
+// renews every lease it holds with one statement per heartbeat interval.
+func HeartbeatMany(ctx context.Context, pool *pgxpool.Pool, reqs []HeartbeatRequest) ([]Result[HeartbeatResult], error) {
+	return ownedBatch(ctx, pool, "job heartbeat", reqs, HeartbeatRequest.lease, heartbeatMany)
+}
+
+// HeartbeatManyTx is HeartbeatMany inside the caller's transaction, which
+// it never commits or rolls back.
+func HeartbeatManyTx(ctx context.Context, tx pgx.Tx, reqs []HeartbeatRequest) ([]Result[HeartbeatResult], error) {
+	return joinedBatch(ctx, tx, "job heartbeat", reqs, HeartbeatRequest.lease, heartbeatMany)
+}
+
+func heartbeatOne(ctx context.Context, s *txn.Session, req HeartbeatRequest) (HeartbeatResult, error) {
+	results, err := heartbeatMany(ctx, s, []HeartbeatRequest{req})
+	return one(ctx, s, "heartbeat", req.lease(), results, err)
+}
+
+func heartbeatMany(ctx context.Context, s *txn.Session, reqs []HeartbeatRequest) ([]Result[HeartbeatResult], error) {
+	var a leaseArrays
+	p := db.JobHeartbeatManyParams{}
+	leases := make([]heldLease, len(reqs))
+	for i, r := range reqs {
+		leases[i] = r.lease()
+		a.add(leases[i])
+		p.LeaseSeconds = append(p.LeaseSeconds, r.Lease.Seconds())
+		p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
+		p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
+		p.Checkpoints = append(p.Checkpoints, r.Checkpoint)
+	}
+	p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds, p.Scoped, p.OrganizationIds = a.ids, a.runs, a.attempts, a.workerIDs, a.scoped, a.orgs
+	rs, err := txn.One(ctx, s, "renew job leases", func(q db.DBTX) ([]db.JobHeartbeatManyRow, error) {
+		return queries.JobHeartbeatMany(ctx, q, p)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return byID("heartbeat", leases, rs, func(r db.JobHeartbeatManyRow) uuid.UUID { return r.ID },
+		func(r db.JobHeartbeatManyRow) (HeartbeatResult, error) {
+			if r.LeaseExpiresAt == nil || r.LastHeartbeatAt == nil {
+				return HeartbeatResult{}, errs.Invariant("a renewed lease has no expiry or heartbeat time")
+			}
+			return HeartbeatResult{JobID: r.ID, LeaseExpiresAt: r.LeaseExpiresAt.UTC(), LastHeartbeatAt: r.LastHeartbeatAt.UTC(),
+				ProgressDone: r.ProgressDone, ProgressTotal: r.ProgressTotal, Recorded: r.Changed}, nil
+		})
+}
+
+// ReleaseRequest hands back a job a worker leased but has not started.
+type ReleaseRequest struct {
+	// Scope, JobID, RunNumber, Attempt and WorkerID identify the lease, as
+	// for CompleteRequest (nil Scope: unscoped).
+	Scope     *runledger.Scope
+	JobID     uuid.UUID
+	RunNumber int32
+	Attempt   int32
+	WorkerID  string
+}
+
+// Validate checks the worker id without touching the database.
+func (r ReleaseRequest) Validate() error { return validateWorkerID(r.WorkerID) }
+
+func (r ReleaseRequest) lease() heldLease {
+	return heldLease{Scope: r.Scope, JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID}
+}
+
+// Release hands back a batch of leased jobs their worker has not started
+// (1 to MaxLimit, each job once), in one statement on the pool, without
+// spending their attempt: each is PENDING again at attempt - 1, stage
+// queued, due as it was, with its worker, lease and start cleared and its
+// execution resource claim released, and one STAGE_CHANGED event naming
+// the worker. Fenced on each lease as Complete is; one result per entry, in
+// order. A worker shutting down calls it for the jobs it claimed but never
+// ran.
+func Release(ctx context.Context, pool *pgxpool.Pool, reqs []ReleaseRequest) ([]Result[runledger.Job], error) {
+	return ownedBatch(ctx, pool, "job release", reqs, ReleaseRequest.lease, release)
+}
+
+// ReleaseTx is Release inside the caller's transaction, which it never
+// commits or rolls back.
+func ReleaseTx(ctx context.Context, tx pgx.Tx, reqs []ReleaseRequest) ([]Result[runledger.Job], error) {
+	return joinedBatch(ctx, tx, "job release", reqs, ReleaseRequest.lease, release)
+}
+
+func release(ctx context.Context, s *txn.Session, reqs []ReleaseRequest) ([]Result[runledger.Job], error) {
+	var a leaseArrays
+	leases := make([]heldLease, len(reqs))
+	for i, r := range reqs {
+		leases[i] = r.lease()
+		a.add(leases[i])
+	}
+	p := db.JobReleaseManyParams{Ids: a.ids, RunNumbers: a.runs, Attempts: a.attempts, WorkerIds: a.workerIDs, Scoped: a.scoped, OrganizationIds: a.orgs}
+	rs, err := txn.One(ctx, s, "release jobs", func(q db.DBTX) ([]db.JobReleaseManyRow, error) {
+		return queries.JobReleaseMany(ctx, q, p)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return byID("release", leases, rs, func(r db.JobReleaseManyRow) uuid.UUID { return r.ID },
+		func(r db.JobReleaseManyRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+}

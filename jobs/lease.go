@@ -1,0 +1,214 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/txn"
+)
+
+// The worker's writes (Complete, Fail, Heartbeat, Release and their batch
+// forms) identify a job by its lease and are fenced on it: they change a
+// job only while it is LEASED at the request's run and attempt to the
+// request's worker, and the lease has not expired by the database clock,
+// so a worker whose lease ran out can no longer finish the attempt even
+// before RecoverExpiredLeases takes the job back.
+
+// heldLease identifies one attempt of a job held by a worker: what the
+// worker's writes compare against the stored row, and the scope the caller
+// asked for (nil: unscoped).
+type heldLease struct {
+	Scope     *runledger.Scope
+	JobID     uuid.UUID
+	RunNumber int32
+	Attempt   int32
+	WorkerID  string
+}
+
+// Result is the outcome of one entry of a batch write: its value, or the
+// error that refused it (runledger.CodeLeaseMismatch for a lease that is
+// not held; the batch does not read why).
+type Result[T any] struct {
+	Value T
+	Err   error
+}
+
+// errBatchInvalid refuses an empty or oversized batch, or one naming a job
+// twice.
+var errBatchInvalid = errs.Validation("job.batch_invalid",
+	"Batch must hold 1 to 1000 entries, each job once.")
+
+// leaseArrays are the lease columns of a batch statement's input, one
+// element per entry.
+type leaseArrays struct {
+	ids       []uuid.UUID
+	runs      []int32
+	attempts  []int32
+	workerIDs []string
+	scoped    []bool
+	orgs      []string
+}
+
+func (a *leaseArrays) add(l heldLease) {
+	a.ids = append(a.ids, l.JobID)
+	a.runs = append(a.runs, l.RunNumber)
+	a.attempts = append(a.attempts, l.Attempt)
+	a.workerIDs = append(a.workerIDs, l.WorkerID)
+	scoped, org := scopeParams(l.Scope)
+	a.scoped = append(a.scoped, scoped)
+	if org == nil {
+		a.orgs = append(a.orgs, "")
+	} else {
+		a.orgs = append(a.orgs, org.String())
+	}
+}
+
+// scopeParams returns the scoped flag and organization id of a lease's
+// optional scope.
+func scopeParams(scope *runledger.Scope) (bool, *uuid.UUID) {
+	if scope == nil {
+		return false, nil
+	}
+	return true, scope.OrganizationIDPtr()
+}
+
+// validateBatch validates every request of a batch (the first failure wins,
+// its detail naming the entry) and that the batch holds 1 to MaxLimit
+// entries, each job once.
+func validateBatch[R interface{ Validate() error }](reqs []R, lease func(R) heldLease) error {
+	if len(reqs) == 0 || len(reqs) > MaxLimit {
+		return invalid(errBatchInvalid, "batch holds %d entries, want 1 to %d", len(reqs), MaxLimit)
+	}
+	seen := make(map[uuid.UUID]int, len(reqs))
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			var re *runledger.Error
+			if errors.As(err, &re) {
+				re.Detail = fmt.Sprintf("entry %d: %s", i+1, re.Detail)
+			}
+			return err
+		}
+		id := lease(r).JobID
+		if j, ok := seen[id]; ok {
+			return invalid(errBatchInvalid, "entries %d and %d are both job %s", j+1, i+1, id)
+		}
+		seen[id] = i
+	}
+	return nil
+}
+
+// ownedBatch validates a batch, then runs op on a session of its own on
+// pool (see ownedWrite).
+func ownedBatch[R interface{ Validate() error }, T any](ctx context.Context, pool *pgxpool.Pool, name string, reqs []R, lease func(R) heldLease,
+	op func(context.Context, *txn.Session, []R) ([]Result[T], error)) ([]Result[T], error) {
+	if err := validateBatch(reqs, lease); err != nil {
+		return nil, err
+	}
+	s, err := txn.Own(ctx, pool, name)
+	if err != nil {
+		return nil, err
+	}
+	defer s.End(ctx)
+	return op(ctx, s, reqs)
+}
+
+// joinedBatch validates a batch, then runs op in the caller's transaction.
+func joinedBatch[R interface{ Validate() error }, T any](ctx context.Context, tx pgx.Tx, name string, reqs []R, lease func(R) heldLease,
+	op func(context.Context, *txn.Session, []R) ([]Result[T], error)) ([]Result[T], error) {
+	if err := validateBatch(reqs, lease); err != nil {
+		return nil, err
+	}
+	return op(ctx, txn.Join(tx, name), reqs)
+}
+
+// byID matches a batch statement's rows to its entries, in entry order:
+// the row for each entry, or a lease mismatch for an entry without one.
+func byID[Row any, T any](op string, leases []heldLease, rows []Row, id func(Row) uuid.UUID, value func(Row) (T, error)) ([]Result[T], error) {
+	got := make(map[uuid.UUID]Row, len(rows))
+	for _, r := range rows {
+		got[id(r)] = r
+	}
+	if len(got) != len(rows) {
+		return nil, errs.Invariantf("%s returned a job twice", op)
+	}
+	out := make([]Result[T], len(leases))
+	for i, l := range leases {
+		r, ok := got[l.JobID]
+		if !ok {
+			out[i].Err = errs.LeaseMismatch.Newf("%s job %s: the lease of run %d attempt %d is not held (or expired)", op, l.JobID, l.RunNumber, l.Attempt)
+			continue
+		}
+		v, err := value(r)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Value = v
+		delete(got, l.JobID)
+	}
+	if len(got) != 0 {
+		return nil, errs.Invariantf("%s returned a job it was not asked for", op)
+	}
+	return out, nil
+}
+
+// one runs a batch write of one entry and turns a refused entry into the
+// reason it was refused, read without a lock (classifyLeaseMiss).
+func one[T any](ctx context.Context, s *txn.Session, op string, lease heldLease, results []Result[T], err error) (T, error) {
+	var zero T
+	if err != nil {
+		return zero, err
+	}
+	if len(results) != 1 {
+		return zero, errs.Invariantf("%s returned %d results for one entry", op, len(results))
+	}
+	if results[0].Err != nil {
+		return zero, classifyLeaseMiss(ctx, s.DB(), op, lease)
+	}
+	return results[0].Value, nil
+}
+
+// classifyLeaseMiss explains a compare-and-set that matched no row, with an
+// unlocked read. With a scope the read is scoped like the statement was (a
+// job outside it is not found) and the detail names the job's status, run
+// and attempt, and an expired lease. Without one the read only tells
+// whether the id exists, in any scope, so nothing else of another tenant's
+// job can reach the error. Neither ever names the job's worker.
+func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease) error {
+	request := fmt.Sprintf("request holds run %d attempt %d worker %q", want.RunNumber, want.Attempt, want.WorkerID)
+	if want.Scope == nil {
+		exists, err := queries.JobExistsAnyScope(ctx, q, want.JobID)
+		if err != nil {
+			return dberr.Translate(ctx, "read job after lease mismatch", err)
+		}
+		if !exists {
+			return errs.JobNotFound.Newf("%s job: job %s does not exist", op, want.JobID)
+		}
+		return errs.LeaseMismatch.Newf(
+			"%s job %s: the job exists but that lease is not held (%s; the job's state is shown only to a scoped request)",
+			op, want.JobID, request)
+	}
+	actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errs.JobNotFound.Newf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope)
+	}
+	if err != nil {
+		return dberr.Translate(ctx, "read job after lease mismatch", err)
+	}
+	if actual.Status == db.JobStatusLEASED && actual.RunNumber == want.RunNumber && actual.Attempt == want.Attempt &&
+		actual.WorkerID != nil && *actual.WorkerID == want.WorkerID && actual.LeaseExpiresAt != nil {
+		return errs.LeaseMismatch.Newf("%s job %s: the lease of run %d attempt %d expired at %s",
+			op, want.JobID, want.RunNumber, want.Attempt, actual.LeaseExpiresAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00"))
+	}
+	return errs.LeaseMismatch.Newf(
+		"%s job %s: job is %s at run %d attempt %d; %s",
+		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, request)
+}
