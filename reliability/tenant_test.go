@@ -137,7 +137,10 @@ func TestTenantIsolationMatrix(t *testing.T) {
 		{"jobs.NewestEvents", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
 			return jobs.NewestEvents(ctx, tx, s, id, 10)
 		}},
-		{"replay.List", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { ls, _, err := replay.List(ctx, tx, s, id, replay.LineagePage{}); return ls, err }},
+		{"replay.List", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
+			ls, _, err := replay.List(ctx, tx, s, id, replay.LineagePage{})
+			return ls, err
+		}},
 		{"replay.Origin", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
 			return replay.Origin(ctx, tx, s, id)
 		}},
