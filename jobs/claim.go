@@ -10,7 +10,9 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/wake"
 )
 
 // ClaimRequest asks to lease due jobs to a worker.
@@ -97,4 +99,21 @@ func claim(ctx context.Context, s *txn.Session, req ClaimRequest) ([]runledger.J
 		jobs = []runledger.Job{}
 	}
 	return jobs, err
+}
+
+// DueChannel is the LISTEN/NOTIFY channel on which a committed insert of a
+// due job (an enqueue, a replay) notifies, with the job's type as payload:
+// at most once per 2 ms per job type per process, so a listener must claim
+// every due job of the type when it hears one, not just one.
+const DueChannel = wake.Channel
+
+// Listen subscribes conn to DueChannel (LISTEN), for a worker that waits
+// there for notifications (pgx.Conn.WaitForNotification). The subscription
+// lasts as long as the connection: close it, rather than return it to a
+// pool, when done.
+func Listen(ctx context.Context, conn *pgx.Conn) error {
+	if err := queries.WorkerListen(ctx, conn); err != nil {
+		return dberr.Translate(ctx, "listen for due jobs", err)
+	}
+	return nil
 }

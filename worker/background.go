@@ -1,0 +1,168 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runledger-go/runledger/jobs"
+)
+
+// closeConn closes a connection, bounded by a second.
+func closeConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// heartbeat renews every lease the worker holds, once per interval, until
+// stop is closed.
+func (r *run) heartbeat(stop <-chan struct{}) {
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		r.beat()
+	}
+}
+
+// beat sends one round of heartbeats: every held lease, up to 1,000 per
+// statement, with the progress and checkpoints handlers reported since
+// the last round. A refused lease cancels its handler; when the database
+// cannot be reached, a lease whose end has passed is given up as well.
+func (r *run) beat() {
+	r.mu.Lock()
+	held := make([]*execution, 0, len(r.active))
+	for _, e := range r.active {
+		if !e.lost.Load() {
+			held = append(held, e)
+		}
+	}
+	r.mu.Unlock()
+	for len(held) > 0 {
+		n := min(len(held), maxClaim)
+		batch := held[:n]
+		held = held[n:]
+		reqs := make([]jobs.HeartbeatRequest, n)
+		versions := make([]int, n)
+		for i, e := range batch {
+			e.mu.Lock()
+			reqs[i] = jobs.HeartbeatRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
+				WorkerID: r.cfg.WorkerID, Lease: r.cfg.Lease}
+			if e.dirty {
+				reqs[i].ProgressDone, reqs[i].ProgressTotal, reqs[i].Checkpoint = e.progressDone, e.progressTotal, e.checkpoint
+			}
+			versions[i] = e.version
+			e.mu.Unlock()
+		}
+		sent := time.Now()
+		results, err := jobs.HeartbeatMany(r.db, r.pool, reqs)
+		if err != nil {
+			r.log.Warn("runledger worker: heartbeat failed", "worker_id", r.cfg.WorkerID, "leases", n, "err", err)
+			now := time.Now()
+			for _, e := range batch {
+				if now.After(e.leaseEnd()) {
+					r.loseLease(e, "its lease ran out while heartbeats failed")
+				}
+			}
+			continue
+		}
+		for i, res := range results {
+			e := batch[i]
+			if res.Err != nil {
+				r.loseLease(e, "its heartbeat was refused")
+				continue
+			}
+			e.mu.Lock()
+			e.leaseUntil = sent.Add(r.cfg.Lease)
+			if e.version == versions[i] {
+				e.dirty, e.checkpoint = false, nil
+			}
+			e.mu.Unlock()
+		}
+	}
+}
+
+// loseLease marks an attempt lost and cancels its handler: nothing more is
+// written for it.
+func (r *run) loseLease(e *execution, why string) {
+	if !e.lost.CompareAndSwap(false, true) {
+		return
+	}
+	r.log.Warn("runledger worker: stopping a job whose lease is gone", "worker_id", r.cfg.WorkerID,
+		"job_id", e.job.ID, "job_type", e.job.JobType, "why", why)
+	if e.cancel != nil {
+		e.cancel(errLeaseLost)
+	}
+}
+
+// listen holds a connection subscribed to jobs.DueChannel until ctx ends
+// and wakes the fetcher for every notification of a registered type, and
+// after every (re)connection, to catch up on what it may have missed.
+func (r *run) listen(ctx context.Context) {
+	var bo backoff
+	for ctx.Err() == nil {
+		conn, err := r.pool.Acquire(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("runledger worker: cannot hold a connection to listen; polling meanwhile", "worker_id", r.cfg.WorkerID, "err", err)
+			}
+			sleep(ctx.Done(), bo.next())
+			continue
+		}
+		if err := jobs.Listen(ctx, conn.Conn()); err != nil {
+			r.log.Warn("runledger worker: LISTEN failed; polling meanwhile", "worker_id", r.cfg.WorkerID, "err", err)
+			closeConn(conn.Conn())
+			conn.Release()
+			sleep(ctx.Done(), bo.next())
+			continue
+		}
+		bo.reset()
+		r.signal()
+		for {
+			n, err := conn.Conn().WaitForNotification(ctx)
+			if err != nil {
+				break
+			}
+			if _, ok := r.handlers[n.Payload]; ok {
+				r.signal()
+			}
+		}
+		// The connection still LISTENs: close it rather than reuse it.
+		closeConn(conn.Conn())
+		conn.Release()
+		if ctx.Err() == nil {
+			sleep(ctx.Done(), bo.next())
+		}
+	}
+}
+
+// recoverLeases recovers expired leases at start and every recovery
+// interval until ctx ends, a batch of 1,000 at a time.
+func (r *run) recoverLeases(ctx context.Context) {
+	for {
+		for {
+			rec, err := jobs.RecoverExpiredLeases(ctx, r.pool, maxClaim)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("runledger worker: lease recovery failed", "worker_id", r.cfg.WorkerID, "err", err)
+				}
+				break
+			}
+			if len(rec) > 0 {
+				r.log.Info("runledger worker: recovered expired leases", "worker_id", r.cfg.WorkerID, "jobs", len(rec))
+			}
+			if len(rec) < maxClaim {
+				break
+			}
+		}
+		if !sleep(ctx.Done(), r.cfg.RecoveryInterval) {
+			return
+		}
+	}
+}

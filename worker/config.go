@@ -1,0 +1,117 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/runledger-go/runledger/jobs"
+)
+
+// The defaults Config's zero fields take.
+const (
+	DefaultConcurrency      = 100
+	DefaultLease            = 30 * time.Second
+	DefaultPollInterval     = time.Second
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultRecoveryInterval = 10 * time.Second
+)
+
+// maxClaim is the most jobs one claim asks for (jobs.MaxLimit).
+const maxClaim = jobs.MaxLimit
+
+// Config configures a Worker. Every zero field takes its default.
+type Config struct {
+	// WorkerID names this worker in the leases it takes. It is the secret
+	// part of a lease (whoever presents a lease can finish its job): the
+	// default is "rlw-" and 32 random hex digits, which nobody can guess.
+	// Two workers must never share one.
+	WorkerID string
+	// Concurrency is the most handlers running at once (default
+	// DefaultConcurrency). The worker claims only as many jobs as it has
+	// free handlers.
+	Concurrency int
+	// Lease is the lease each claim and heartbeat asks for (default
+	// DefaultLease, at most jobs.MaxLease). A crashed worker's jobs are
+	// taken back once it runs out and a recovery runs.
+	Lease time.Duration
+	// HeartbeatInterval is how often the worker renews the leases it holds,
+	// in one statement for all of them (default a third of Lease; it must
+	// be shorter than Lease).
+	HeartbeatInterval time.Duration
+	// PollInterval is how long the worker waits for a notification before
+	// it claims anyway (default DefaultPollInterval): the fallback that
+	// finds jobs that became due without one (scheduled jobs, retries).
+	PollInterval time.Duration
+	// ShutdownTimeout is how long running handlers may go on once Run's
+	// context ends (default DefaultShutdownTimeout); then their contexts
+	// are canceled.
+	ShutdownTimeout time.Duration
+	// RecoveryInterval is how often this worker tries to recover expired
+	// leases (default DefaultRecoveryInterval); one recovery runs at a time
+	// across all workers and processes. Negative: this worker never
+	// recovers.
+	RecoveryInterval time.Duration
+	// DisableListen turns the LISTEN/NOTIFY wake-up off: the worker then
+	// finds new jobs by polling only.
+	DisableListen bool
+	// Logger receives the worker's log records (default slog.Default()).
+	Logger *slog.Logger
+	// OnFinished, when set, is called once per attempt after its outcome
+	// is committed (or known lost), on one goroutine, in the order the
+	// outcomes were committed. It must not block for long: the next
+	// commits wait for it.
+	OnFinished func(Finished)
+}
+
+// errConfig is the class of a Config that New refuses.
+var errConfig = errors.New("worker: invalid config")
+
+// withDefaults returns c with every zero field at its default, or an error
+// naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if c.WorkerID == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return c, fmt.Errorf("worker: generate a worker id: %w", err)
+		}
+		c.WorkerID = "rlw-" + hex.EncodeToString(b[:])
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.RecoveryInterval == 0 {
+		c.RecoveryInterval = DefaultRecoveryInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Concurrency < 0:
+		return c, fmt.Errorf("%w: Concurrency %d is negative", errConfig, c.Concurrency)
+	case c.Lease < time.Millisecond || c.Lease > jobs.MaxLease:
+		return c, fmt.Errorf("%w: Lease %s is not between 1ms and %s", errConfig, c.Lease, jobs.MaxLease)
+	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.Lease:
+		return c, fmt.Errorf("%w: HeartbeatInterval %s must be positive and shorter than the lease %s", errConfig, c.HeartbeatInterval, c.Lease)
+	case c.PollInterval < 0:
+		return c, fmt.Errorf("%w: PollInterval %s is negative", errConfig, c.PollInterval)
+	case c.ShutdownTimeout < 0:
+		return c, fmt.Errorf("%w: ShutdownTimeout %s is negative", errConfig, c.ShutdownTimeout)
+	}
+	return c, nil
+}

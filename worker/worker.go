@@ -1,0 +1,144 @@
+// Package worker runs jobs: a Worker claims due jobs of the types
+// registered with it, runs each with its handler, keeps the leases alive
+// with heartbeats, and records each attempt's outcome, all through the
+// lease-fenced writes of package jobs. It is a floor above the library
+// (jobs, replay); nothing in the library imports it.
+//
+// # What a Worker does
+//
+//   - Claims only as many jobs as it has free handlers (Config.Concurrency),
+//     up to 1,000 per statement, when a committed enqueue or replay of a due
+//     job notifies (LISTEN/NOTIFY, heard within milliseconds), again at
+//     once after every claim that found work, and at least every
+//     Config.PollInterval (jobs that became due without a notification).
+//   - Runs each job's handler with the job's timeout as its context's
+//     deadline. A returned error fails the attempt (retryable unless
+//     Terminal; RetryAfter sets the delay), a panic fails it as PANICKED
+//     (dead-lettered), a handler past its deadline as TIMEOUT (retryable),
+//     success completes it with the handler's output.
+//   - Renews every lease it holds with one statement per
+//     Config.HeartbeatInterval, carrying the progress and checkpoints
+//     handlers reported (SetProgress, SetCheckpoint). A refused heartbeat
+//     (the job was canceled, or the lease expired while the worker was
+//     paused) cancels that handler, and nothing more is written for the
+//     attempt.
+//   - Records outcomes in batches, up to 1,000 per statement, as they come:
+//     completions and failures are fenced on the lease, so a worker that
+//     lost its lease never finishes an attempt another worker now holds.
+//     Config.OnFinished hears each outcome after its commit.
+//   - Recovers expired leases of crashed workers every
+//     Config.RecoveryInterval (one recovery at a time across processes).
+//
+// # Shutdown
+//
+// When Run's context ends the worker stops claiming; running handlers get
+// Config.ShutdownTimeout to finish, then their contexts are canceled (an
+// attempt canceled so fails as retryable, due again at once); jobs claimed
+// but not started are handed back without spending their attempt; every
+// outcome is committed; then Run returns. A clean shutdown leaves none of
+// its jobs LEASED. A handler that ignores its canceled context keeps its
+// job leased until the lease expires and a recovery takes it back.
+//
+// # Connections
+//
+// A Worker holds one connection of its pool for LISTEN (unless
+// Config.DisableListen) and uses up to five more at once (claim, outcomes,
+// heartbeats, recovery, hand-back): give its pool at least six.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger/internal/validate"
+)
+
+// Worker runs jobs; see the package documentation. Create it with New,
+// register handlers with Register, then call Run.
+type Worker struct {
+	pool *pgxpool.Pool
+	cfg  Config
+
+	mu       sync.Mutex
+	handlers map[string]handler
+	running  bool
+}
+
+// New returns a Worker on pool configured by cfg (zero fields take their
+// defaults; an invalid field is an error). It touches no database.
+func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", errConfig)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if n := pool.Config().MaxConns; n < 6 {
+		c.Logger.Warn("runledger worker: the pool allows fewer connections than a worker uses at once; claims and commits will wait for each other",
+			"max_conns", n, "worker_id", c.WorkerID)
+	}
+	return &Worker{pool: pool, cfg: c, handlers: map[string]handler{}}, nil
+}
+
+// ID is the worker id this worker leases jobs under.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Register makes w run jobs of jobType with h, their payload decoded from
+// JSON into T. It must be called before Run; a job type registered twice,
+// or blank, is an error.
+func Register[T any](w *Worker, jobType string, h Handler[T]) error {
+	if h == nil {
+		return errors.New("worker: nil handler")
+	}
+	if validate.Text(jobType, 255) != validate.OK {
+		return fmt.Errorf("worker: job type %q is blank, too long or not clean UTF-8", jobType)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running {
+		return errors.New("worker: Register after Run")
+	}
+	if _, ok := w.handlers[jobType]; ok {
+		return fmt.Errorf("worker: job type %q is already registered", jobType)
+	}
+	w.handlers[jobType] = erase(h)
+	return nil
+}
+
+// Run runs jobs until ctx ends, then shuts down gracefully (see the
+// package documentation) and returns nil. It fails at once when no handler
+// is registered or the worker is already running. Database failures while
+// it runs (a restart, a lost connection) are logged and retried, not
+// returned.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("worker: already running")
+	}
+	if len(w.handlers) == 0 {
+		w.mu.Unlock()
+		return errors.New("worker: no handler registered")
+	}
+	w.running = true
+	handlers := make(map[string]handler, len(w.handlers))
+	types := make([]string, 0, len(w.handlers))
+	for t, h := range w.handlers {
+		handlers[t] = h
+		types = append(types, t)
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running = false
+		w.mu.Unlock()
+	}()
+	sort.Strings(types)
+	return newRun(w, handlers, types).run(ctx)
+}
