@@ -189,9 +189,7 @@ type ReleaseRequest struct {
 // Validate checks the worker id without touching the database.
 func (r ReleaseRequest) Validate() error { return validateWorkerID(r.WorkerID) }
 
-func (r ReleaseRequest) lease() heldLease {
-	return heldLease{Scope: r.Scope, JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID}
-}
+func (r ReleaseRequest) lease() heldLease { return heldLease(r) }
 
 // Release hands back a batch of leased jobs their worker has not started
 // (1 to MaxLimit, each job once), in one statement on the pool, without

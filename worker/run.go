@@ -310,7 +310,7 @@ func (r *run) execute(e *execution) {
 		r.log.Error("runledger worker: a handler did not return after its timeout; its attempt is failed as TIMEOUT",
 			"worker_id", r.cfg.WorkerID, "job_id", e.job.ID, "job_type", e.job.JobType)
 	})
-	out, err, panicked := r.call(ctx, e)
+	out, panicked, err := r.call(ctx, e)
 	watchdog.Stop()
 	cause := context.Cause(hctx)
 	switch {
@@ -340,7 +340,7 @@ func (r *run) execute(e *execution) {
 }
 
 // call runs the handler, turning a panic into its value.
-func (r *run) call(ctx context.Context, e *execution) (out json.RawMessage, err error, panicked any) {
+func (r *run) call(ctx context.Context, e *execution) (out json.RawMessage, panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
@@ -349,7 +349,7 @@ func (r *run) call(ctx context.Context, e *execution) (out json.RawMessage, err 
 		}
 	}()
 	out, err = r.handlers[e.job.JobType](ctx, e.job)
-	return out, err, nil
+	return out, nil, err
 }
 
 // settle hands an attempt's outcome to the committer, once.

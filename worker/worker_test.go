@@ -212,7 +212,7 @@ func TestWorkerRecordsFailures(t *testing.T) {
 			t.Errorf("%s: %s, kind %s, code %v; want %s, %s, %s", typ, j.Status, kind, j.LastErrorCode, w.status, w.kind, w.code)
 		}
 	}
-	if d := h.job(ids["later"]).NextRunAt.Sub(time.Now()); d < 55*time.Minute {
+	if d := time.Until(h.job(ids["later"]).NextRunAt); d < 55*time.Minute {
 		t.Errorf("RetryAfter(1h): due in %s", d)
 	}
 }
