@@ -285,7 +285,7 @@ func (b *Batch) unsent(err error) bool {
 	if b.s.conn.Conn().PgConn().IsClosed() {
 		return false
 	}
-	return !netFailure(err) && !pgconn.Timeout(err) && !errors.Is(err, notSentError)
+	return !netFailure(err) && !pgconn.Timeout(err) && !errors.Is(err, errNotSentPart)
 }
 
 // netFailure reports an error of the connection itself: the network, a
@@ -467,10 +467,10 @@ func (b *Batch) firstError(batchErr error) (int, error) {
 // notSent is the failure of a part of a batch that was never sent.
 type notSent struct{ error }
 
-// notSentError is matched by every notSent.
-var notSentError = errors.New("txn: batch part not sent")
+// errNotSentPart is matched by every notSent.
+var errNotSentPart = errors.New("txn: batch part not sent")
 
-func (e notSent) Is(target error) bool { return target == notSentError }
+func (e notSent) Is(target error) bool { return target == errNotSentPart }
 
 func (e notSent) Unwrap() error     { return e.error }
 func (e notSent) SafeToRetry() bool { return true }
