@@ -139,7 +139,7 @@ func TestWorkerRunsAJobToSucceeded(t *testing.T) {
 	// The worker polls once an hour: only the enqueue's notification can
 	// wake it.
 	testdb.WaitFor(t, "the worker to listen", func() bool {
-		return testdb.Scalar[int64](t, h.pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%LISTEN runledger_job_due%'`) == 1
+		return testdb.Scalar[int64](t, h.pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '-- name: WorkerListen %'`) == 1
 	})
 	j := h.enqueue("send_invoice", `{"number": 1042}`)
 	f := h.waitFinished(1)[0]
