@@ -21,16 +21,18 @@ import (
 var demoCmd = &command{
 	name:    "demo",
 	summary: "Walk through compare-and-replay on a throwaway PostgreSQL, step by step.",
-	help: `Tells the story of compare-and-replay in fifteen steps, printing each
+	help: `Tells the story of compare-and-replay step by step, printing each
 one as the command line that does it and what happened: define a job type,
-enqueue a job for tenant A, claim it, complete it, replay it (inserted),
-repeat the replay (existing: the same job back), reuse the key with another
-reason (conflict), replay with a stale run number (expectation mismatch),
-let tenant B try to replay tenant A's job (not found), show the
-lineage as 'runledger jobs show' shows it, then replay every succeeded
-job of the type in one bulk action (replay-bulk by filter) and run that
-action again (all existing). Every step checks its own
-outcome; the demo exits 1 if any step did not behave as the story says.
+start a worker (package worker, in this process, with a real handler),
+enqueue a job for tenant A, which the worker runs, replay it (inserted),
+which the same worker runs, repeat the replay (existing: the same job back),
+reuse the key with another reason (conflict), replay with a stale run
+number (expectation mismatch), let tenant B try to replay tenant A's job
+(not found), show the lineage as 'runledger jobs show' shows it (the
+replay SUCCEEDED), then replay every succeeded job of the type in one bulk
+action (replay-bulk by filter), run that action again (all existing), and
+stop the worker gracefully. Every step checks its own outcome; the demo
+exits 1 if any step did not behave as the story says.
 
 Without a database configured it starts a throwaway PostgreSQL server
 from the local server binaries (initdb and postgres on PATH or under
@@ -109,6 +111,7 @@ type demo struct {
 	worker   string
 	tenantA  uuid.UUID
 	tenantB  uuid.UUID
+	wk       *demoWorker
 	source   runledger.Job // the job after completion
 	replayID uuid.UUID
 	key      string
@@ -148,6 +151,7 @@ func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration
 	}()
 	stopped := false
 	stopServer := func() {
+		d.haltWorker()
 		if stopped || d.db.Kind == "configured" {
 			return
 		}
@@ -169,9 +173,9 @@ func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration
 	defer stopServer()
 
 	steps := []func() error{
-		d.migrate, d.define, d.enqueue, d.claim, d.complete,
-		d.replayInserted, d.replayExisting, d.replayConflict, d.replayStaleRun,
-		d.replayOtherTenant, d.lineage, d.bulkReplay, d.bulkReplayAgain,
+		d.migrate, d.define, d.startWorker, d.enqueue, d.runSource,
+		d.replayInserted, d.runReplay, d.replayExisting, d.replayConflict, d.replayStaleRun,
+		d.replayOtherTenant, d.lineage, d.bulkReplay, d.bulkReplayAgain, d.stopWorker,
 	}
 	for i, step := range steps {
 		if i > 0 {

@@ -82,50 +82,6 @@ func (d *demo) enqueue() error {
 	})
 }
 
-func (d *demo) claim() error {
-	cmd := fmt.Sprintf("runledger claim --worker %s --type %s --lease 30s", d.worker, d.jobType)
-	return d.step("claim", "A worker claims it", cmd, func(w io.Writer) error {
-		leased, err := jobs.Claim(d.ctx, d.pool, jobs.ClaimRequest{
-			WorkerID: d.worker, JobTypes: []string{d.jobType}, Limit: 1, Lease: 30 * time.Second,
-		})
-		if err != nil {
-			return err
-		}
-		if len(leased) != 1 || leased[0].ID != d.source.ID {
-			return failf("want job %s leased, got %d jobs", d.source.ID, len(leased))
-		}
-		j := leased[0]
-		fmt.Fprintf(w, "Leased job %s to %s: %s, run %d, attempt %d, lease until %s.\n",
-			j.ID, d.worker, j.Status, j.RunNumber, j.Attempt, humanTime(*j.LeaseExpiresAt))
-		if j.Status != runledger.JobStatusLeased || j.Attempt != 1 {
-			return failf("want LEASED at attempt 1")
-		}
-		d.source = j
-		return nil
-	})
-}
-
-func (d *demo) complete() error {
-	output := `{"sent":true}`
-	cmd := fmt.Sprintf("runledger complete --job %s --run %d --attempt %d --worker %s --output %s",
-		d.source.ID, d.source.RunNumber, d.source.Attempt, d.worker, shellQuote(output))
-	return d.step("complete", "The worker completes it", cmd, func(w io.Writer) error {
-		j, err := jobs.Complete(d.ctx, d.pool, jobs.CompleteRequest{
-			JobID: d.source.ID, RunNumber: d.source.RunNumber, Attempt: d.source.Attempt, WorkerID: d.worker,
-			Output: json.RawMessage(output),
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "Job %s is %s at run %d with output %s.\n", j.ID, j.Status, j.RunNumber, jsonText(j.Output))
-		if j.Status != runledger.JobStatusSucceeded {
-			return failf("want SUCCEEDED")
-		}
-		d.source = j
-		return nil
-	})
-}
-
 // replayRequest is a replay of the demo's source job.
 func (d *demo) replayRequest(scope uuid.UUID, run int32, reason string) (replay.Request, string) {
 	req := replay.Request{
@@ -267,8 +223,8 @@ func (d *demo) lineage() error {
 			return failf("want exactly one replay, %s, with the request's key and reason", d.replayID)
 		case rep.ReplayedFrom == nil || rep.ReplayedFrom.SourceJobID != d.source.ID || rep.ReplayedFrom.SourceRunNumber != d.source.RunNumber:
 			return failf("the replay does not point back to job %s run %d", d.source.ID, d.source.RunNumber)
-		case rep.Job.Status != runledger.JobStatusPending || !bytes.Equal(compactJSON(rep.Job.Payload), compactJSON(d.source.Payload)):
-			return failf("the replay is not a PENDING copy of the source's payload")
+		case rep.Job.Status != runledger.JobStatusSucceeded || !bytes.Equal(compactJSON(rep.Job.Payload), compactJSON(d.source.Payload)):
+			return failf("the replay is not a SUCCEEDED run of the source's payload")
 		}
 		return nil
 	})
@@ -305,35 +261,27 @@ func (d *demo) bulkOutcome(w io.Writer) (bulkOutput, error) {
 func (d *demo) bulkReplay() error {
 	_, cmd := d.bulkRequest()
 	return d.step("bulk_replay", "Bulk-replay every succeeded job of the type (one action, by filter)", cmd, func(w io.Writer) error {
-		// Three more invoices go out, so that the filter finds four jobs.
-		// Their priority puts them ahead of the pending replay at claim.
+		// Three more invoices go out and the worker runs them, so that the
+		// filter finds five succeeded jobs: four invoices and the replay.
 		for i := range 3 {
 			res, err := jobs.Enqueue(d.ctx, d.pool, jobs.EnqueueRequest{
-				Scope: runledger.Organization(d.tenantA), JobType: d.jobType, Priority: ptr(int32(200)),
+				Scope: runledger.Organization(d.tenantA), JobType: d.jobType,
 				Payload: json.RawMessage(fmt.Sprintf(`{"invoice":%d,"to":"ap@tenant-a.example"}`, 1043+i)),
 			})
 			if err != nil {
 				return err
 			}
-			leased, err := jobs.Claim(d.ctx, d.pool, jobs.ClaimRequest{WorkerID: d.worker, JobTypes: []string{d.jobType}, Limit: 1, Lease: 30 * time.Second})
-			if err != nil {
-				return err
-			}
-			if len(leased) != 1 || leased[0].ID != res.Job.ID {
-				return failf("want job %s leased", res.Job.ID)
-			}
-			j := leased[0]
-			if _, err := jobs.Complete(d.ctx, d.pool, jobs.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: d.worker, Output: json.RawMessage(`{"sent":true}`)}); err != nil {
+			if _, err := d.waitRan(res.Job.ID); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintln(w, "(Three more invoices were enqueued, claimed and completed first: tenant A now has 4 SUCCEEDED jobs of the type.)")
+		fmt.Fprintln(w, "(Three more invoices were enqueued and run by the worker first: tenant A now has 5 SUCCEEDED jobs of the type, the replay among them.)")
 		out, err := d.bulkOutcome(w)
 		if err != nil {
 			return err
 		}
-		if out.Selected != 4 || out.Inserted != 4 || out.exitCode() != exitOK {
-			return failf("want 4 selected and 4 inserted, got %d selected, %d inserted", out.Selected, out.Inserted)
+		if out.Selected != 5 || out.Inserted != 5 || out.exitCode() != exitOK {
+			return failf("want 5 selected and 5 inserted, got %d selected, %d inserted", out.Selected, out.Inserted)
 		}
 		return nil
 	})
@@ -346,8 +294,8 @@ func (d *demo) bulkReplayAgain() error {
 		if err != nil {
 			return err
 		}
-		if out.Selected != 4 || out.Existing != 4 || out.Inserted != 0 || out.exitCode() != exitOK {
-			return failf("want 4 selected, all existing, got %d selected, %d existing, %d inserted", out.Selected, out.Existing, out.Inserted)
+		if out.Selected != 5 || out.Existing != 5 || out.Inserted != 0 || out.exitCode() != exitOK {
+			return failf("want 5 selected, all existing, got %d selected, %d existing, %d inserted", out.Selected, out.Existing, out.Inserted)
 		}
 		return nil
 	})

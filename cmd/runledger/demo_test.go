@@ -25,10 +25,11 @@ var demoTitles = []string{
 	"Start a throwaway PostgreSQL server",
 	"Migrate the schema",
 	"Define a job type",
+	"Start a worker (package worker) that runs the invoice jobs",
 	"Enqueue a job for tenant A",
-	"A worker claims it",
-	"The worker completes it",
+	"The worker runs it",
 	"Replay the succeeded job (compare-and-replay)",
+	"The same worker runs the replay",
 	"Retry the same replay (idempotent: the same job back)",
 	"Reuse the key with another reason (conflict)",
 	"Replay with a stale run number (expectation mismatch)",
@@ -36,6 +37,7 @@ var demoTitles = []string{
 	"The lineage, as 'runledger jobs show' shows it",
 	"Bulk-replay every succeeded job of the type (one action, by filter)",
 	"Run the same bulk action again (idempotent: all existing)",
+	"Stop the worker (graceful shutdown)",
 	"Stop the throwaway server",
 }
 
@@ -123,8 +125,9 @@ func testDemo(t *testing.T, c *cli) {
 		"Started PostgreSQL from ", "$ runledger migrate up", "$ runledger replay --job ",
 		"Replayed (inserted)", "Replayed (existing)", "job.replay_idempotency_conflict", "(exit 5)",
 		"Expectation mismatch", "(exit 3)", "Not found", "(exit 4)", "Replays made from this job (1):",
-		"Stopped the server and removed " + tmp + "/runledger-pgtemp-", "$ runledger replay-bulk --type ", "4 sources selected", "All 4 sources are replayed: 4 inserted now",
-		"All 4 sources are replayed: 0 inserted now, 4 already replayed under this key", "Demo complete: all 15 steps behaved as described.",
+		"Stopped the server and removed " + tmp + "/runledger-pgtemp-", "$ runledger replay-bulk --type ", "5 sources selected", "All 5 sources are replayed: 5 inserted now",
+		"All 5 sources are replayed: 0 inserted now, 5 already replayed under this key", "The worker ran job ", "SUCCEEDED at run 1 with output {\"sent\":true,\"invoice\":1042}",
+		"0 left LEASED", "Demo complete: all 17 steps behaved as described.",
 	} {
 		if !strings.Contains(out.stdout, want) {
 			t.Errorf("demo output lacks %q", want)
