@@ -57,6 +57,11 @@ const (
 	// CodeOrganizationNotFound (Validation): the job's organization does
 	// not exist.
 	CodeOrganizationNotFound Code = "job.organization_not_found"
+	// CodeOrganizationInvalid (Validation): a scope or job names the nil
+	// UUID as its organization (Organization(uuid.Nil)); the nil UUID is
+	// how the global scope is stored, so it is no organization's id.
+	// Nothing is read or written.
+	CodeOrganizationInvalid Code = "job.organization_invalid"
 
 	// CodeIdempotencyConflict (Conflict): an idempotency key reused with
 	// another request.

@@ -14,8 +14,10 @@ type Scope struct {
 // Global returns the scope of jobs that belong to no organization.
 func Global() Scope { return Scope{} }
 
-// Organization returns the scope of one organization's jobs. uuid.Nil is a
-// valid organization id like any other; it is not the global scope.
+// Organization returns the scope of one organization's jobs. The nil UUID
+// is no organization's id (organization_id stores the global scope as the
+// nil UUID): every operation refuses Organization(uuid.Nil) with the
+// Validation error CodeOrganizationInvalid before it reads or writes.
 func Organization(id uuid.UUID) Scope { return Scope{org: id, isOrg: true} }
 
 // ScopeOf returns the scope of a job whose organization_id is orgID: Global

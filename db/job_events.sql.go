@@ -13,17 +13,16 @@ import (
 )
 
 const jobEventListForJob = `-- name: JobEventListForJob :many
-SELECT job_events.id, job_events.job_id, job_events.run_number, job_events.attempt, job_events.event_type, job_events.stage, job_events.progress_done, job_events.progress_total, job_events.payload, job_events.occurred_at
+SELECT job_events.id, job_events.job_id, job_events.run_number, job_events.attempt, job_events.event_type, job_events.stage, job_events.progress_done, job_events.progress_total, job_events.payload, job_events.occurred_at, job_events.organization_id
 FROM job_events
-JOIN job_queue ON job_queue.id = job_events.job_id
-WHERE job_events.job_id = $1
-  AND job_queue.organization_id IS NOT DISTINCT FROM $2::uuid
+WHERE job_events.organization_id = $1
+  AND job_events.job_id = $2
 ORDER BY job_events.run_number, job_events.id
 `
 
 type JobEventListForJobParams struct {
+	OrganizationID uuid.UUID
 	JobID          uuid.UUID
-	OrganizationID *uuid.UUID
 }
 
 type JobEventListForJobRow struct {
@@ -31,9 +30,9 @@ type JobEventListForJobRow struct {
 }
 
 // JobEventListForJob returns a job's events in the order they happened
-// (run, then id), only when the job is in the caller's scope. No lock.
+// (run, then id), only when the job is in the caller's tenant. No lock.
 func (q *Queries) JobEventListForJob(ctx context.Context, db DBTX, arg JobEventListForJobParams) ([]JobEventListForJobRow, error) {
-	rows, err := db.Query(ctx, jobEventListForJob, arg.JobID, arg.OrganizationID)
+	rows, err := db.Query(ctx, jobEventListForJob, arg.OrganizationID, arg.JobID)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +51,7 @@ func (q *Queries) JobEventListForJob(ctx context.Context, db DBTX, arg JobEventL
 			&i.JobEvent.ProgressTotal,
 			&i.JobEvent.Payload,
 			&i.JobEvent.OccurredAt,
+			&i.JobEvent.OrganizationID,
 		); err != nil {
 			return nil, err
 		}
@@ -64,19 +64,18 @@ func (q *Queries) JobEventListForJob(ctx context.Context, db DBTX, arg JobEventL
 }
 
 const jobEventListNewestForJob = `-- name: JobEventListNewestForJob :many
-SELECT job_events.id, job_events.job_id, job_events.run_number, job_events.attempt, job_events.event_type, job_events.stage, job_events.progress_done, job_events.progress_total, job_events.payload, job_events.occurred_at
+SELECT job_events.id, job_events.job_id, job_events.run_number, job_events.attempt, job_events.event_type, job_events.stage, job_events.progress_done, job_events.progress_total, job_events.payload, job_events.occurred_at, job_events.organization_id
 FROM job_events
-JOIN job_queue ON job_queue.id = job_events.job_id
-WHERE job_events.job_id = $1
-  AND job_queue.organization_id IS NOT DISTINCT FROM $2::uuid
+WHERE job_events.organization_id = $1
+  AND job_events.job_id = $2
   AND job_events.id < coalesce($3::bigint, 9223372036854775807)
 ORDER BY job_events.id DESC
 LIMIT $4
 `
 
 type JobEventListNewestForJobParams struct {
+	OrganizationID uuid.UUID
 	JobID          uuid.UUID
-	OrganizationID *uuid.UUID
 	BeforeEventID  *int64
 	MaxEvents      int32
 }
@@ -86,12 +85,12 @@ type JobEventListNewestForJobRow struct {
 }
 
 // JobEventListNewestForJob returns a job's newest @max_events events, newest
-// first, only when the job is in the caller's scope; with @before_event_id set,
+// first, only when the job is in the caller's tenant; with @before_event_id set,
 // only events older than that one (the next page back). No lock.
 func (q *Queries) JobEventListNewestForJob(ctx context.Context, db DBTX, arg JobEventListNewestForJobParams) ([]JobEventListNewestForJobRow, error) {
 	rows, err := db.Query(ctx, jobEventListNewestForJob,
-		arg.JobID,
 		arg.OrganizationID,
+		arg.JobID,
 		arg.BeforeEventID,
 		arg.MaxEvents,
 	)
@@ -113,6 +112,7 @@ func (q *Queries) JobEventListNewestForJob(ctx context.Context, db DBTX, arg Job
 			&i.JobEvent.ProgressTotal,
 			&i.JobEvent.Payload,
 			&i.JobEvent.OccurredAt,
+			&i.JobEvent.OrganizationID,
 		); err != nil {
 			return nil, err
 		}
@@ -125,7 +125,7 @@ func (q *Queries) JobEventListNewestForJob(ctx context.Context, db DBTX, arg Job
 }
 
 const jobEventListRecentByType = `-- name: JobEventListRecentByType :many
-SELECT id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload, occurred_at FROM job_events
+SELECT id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload, occurred_at, organization_id FROM job_events
 WHERE event_type = $1
   AND occurred_at >= $2
 ORDER BY occurred_at DESC
@@ -139,7 +139,7 @@ type JobEventListRecentByTypeParams struct {
 }
 
 // JobEventListRecentByType returns the newest events of one type since a
-// time, across scopes (operators only). No lock.
+// time, across tenants (operators only; on Citus every shard). No lock.
 func (q *Queries) JobEventListRecentByType(ctx context.Context, db DBTX, arg JobEventListRecentByTypeParams) ([]JobEvent, error) {
 	rows, err := db.Query(ctx, jobEventListRecentByType, arg.EventType, arg.Since, arg.MaxEvents)
 	if err != nil {
@@ -160,6 +160,7 @@ func (q *Queries) JobEventListRecentByType(ctx context.Context, db DBTX, arg Job
 			&i.ProgressTotal,
 			&i.Payload,
 			&i.OccurredAt,
+			&i.OrganizationID,
 		); err != nil {
 			return nil, err
 		}

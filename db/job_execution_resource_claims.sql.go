@@ -15,8 +15,9 @@ WHERE release_after IS NOT NULL
   AND release_after <= now()
 `
 
-// JobResourceClaimDeleteReleased deletes claims whose delayed release (set
-// when a job was canceled during a live lease) is due.
+// JobResourceClaimDeleteReleased deletes claims of every tenant whose
+// delayed release (set when a job was canceled during a live lease) is
+// due (on Citus: every shard).
 func (q *Queries) JobResourceClaimDeleteReleased(ctx context.Context, db DBTX) (int64, error) {
 	result, err := db.Exec(ctx, jobResourceClaimDeleteReleased)
 	if err != nil {

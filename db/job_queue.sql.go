@@ -14,19 +14,23 @@ import (
 )
 
 const jobCancel = `-- name: JobCancel :one
-WITH canceled AS (
+WITH clock AS (
+    SELECT now() AS now
+),
+canceled AS (
     UPDATE job_queue
     SET status = 'CANCELED',
         status_reason = $1::text,
-        finished_at = now()
-    WHERE job_queue.id = $2
-      AND job_queue.organization_id IS NOT DISTINCT FROM $3::uuid
+        finished_at = clock.now
+    FROM clock
+    WHERE job_queue.organization_id = $2
+      AND job_queue.id = $3
       AND job_queue.status IN ('PENDING', 'LEASED')
-    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+    RETURNING job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
            jsonb_strip_nulls(jsonb_build_object('reason', status_reason))
     FROM canceled
 )
@@ -35,14 +39,14 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 
 type JobCancelParams struct {
 	Reason         *string
+	OrganizationID uuid.UUID
 	ID             uuid.UUID
-	OrganizationID *uuid.UUID
 }
 
 type JobCancelRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -72,13 +76,13 @@ type JobCancelRow struct {
 	ExecutionResourceKey *string
 }
 
-// JobCancel cancels a PENDING or LEASED job in the caller's scope, records
-// the reason as status_reason and writes one CANCELED event. A leased job
-// keeps lease_expires_at, so its execution resource stays claimed until the
-// canceled lease would have ended (trigger). No row when the job is not in
-// scope or already finished.
+// JobCancel cancels a PENDING or LEASED job of the caller's tenant,
+// records the reason as status_reason and writes one CANCELED event. A
+// leased job keeps lease_expires_at, so its execution resource stays
+// claimed until the canceled lease would have ended (trigger). No row when
+// the job is not in the tenant or already finished.
 func (q *Queries) JobCancel(ctx context.Context, db DBTX, arg JobCancelParams) (JobCancelRow, error) {
-	row := db.QueryRow(ctx, jobCancel, arg.Reason, arg.ID, arg.OrganizationID)
+	row := db.QueryRow(ctx, jobCancel, arg.Reason, arg.OrganizationID, arg.ID)
 	var i JobCancelRow
 	err := row.Scan(
 		&i.ID,
@@ -125,10 +129,10 @@ WITH RECURSIVE priorities (priority) AS (
     WHERE priorities.priority IS NOT NULL
 ),
 candidates AS MATERIALIZED (
-    SELECT due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
+    SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
     FROM priorities
     CROSS JOIN LATERAL (
-        SELECT jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+        SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
         FROM job_queue jq
         WHERE jq.status = 'PENDING'
           AND jq.priority = priorities.priority
@@ -139,7 +143,8 @@ candidates AS MATERIALIZED (
               OR NOT EXISTS (
                   SELECT 1
                   FROM job_execution_resource_claims c
-                  WHERE c.resource_key = jq.execution_resource_key
+                  WHERE c.organization_id = jq.organization_id
+                    AND c.resource_key = jq.execution_resource_key
                     AND (c.release_after IS NULL OR c.release_after > now())
               )
           )
@@ -151,25 +156,26 @@ candidates AS MATERIALIZED (
 ),
 acquired AS (
     INSERT INTO job_execution_resource_claims AS rc (
-        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
     )
-    SELECT DISTINCT ON (candidates.execution_resource_key)
-           candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1, $3::text,
-           now() + make_interval(secs => $4::float8)
+    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
+           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+           $3::text, now() + make_interval(secs => $4::float8)
     FROM candidates
-    JOIN job_queue jq ON jq.id = candidates.id
+    JOIN job_queue jq ON jq.organization_id = candidates.organization_id AND jq.id = candidates.id
     WHERE candidates.execution_resource_key IS NOT NULL
-    ORDER BY candidates.execution_resource_key, candidates.priority DESC, candidates.next_run_at, candidates.created_at
-    ON CONFLICT (resource_key) DO UPDATE
+    ORDER BY candidates.organization_id, candidates.execution_resource_key,
+             candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (organization_id, resource_key) DO UPDATE
     SET job_id = EXCLUDED.job_id,
         run_number = EXCLUDED.run_number,
         attempt = EXCLUDED.attempt,
         worker_id = EXCLUDED.worker_id,
         lease_expires_at = EXCLUDED.lease_expires_at,
         release_after = NULL,
-        acquired_at = now()
+        acquired_at = EXCLUDED.acquired_at
     WHERE rc.release_after IS NOT NULL
-      AND rc.release_after <= now()
+      AND rc.release_after <= EXCLUDED.acquired_at
     RETURNING rc.job_id
 ),
 leased AS (
@@ -192,8 +198,8 @@ leased AS (
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'LEASED', stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
            jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
     FROM leased
 )
@@ -211,7 +217,7 @@ type JobClaimParams struct {
 type JobClaimRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -242,21 +248,24 @@ type JobClaimRow struct {
 }
 
 // JobClaim leases up to @max_jobs due PENDING jobs of the given types (all
-// types when the array is empty) to a worker, in one statement, in claim
-// order: priority high to low, then due time, then age. It walks the
-// distinct priorities of PENDING jobs from the highest (one index descent
-// each) and, within each, reads only the due jobs (priority = p AND
-// next_run_at <= now() is a range of idx_job_queue_claim), so jobs
-// scheduled for later are never read, however many there are. Candidates
-// are locked FOR UPDATE SKIP LOCKED: rows another transaction holds (a
-// concurrent claimer, a replay holding an existing replay) are passed by.
-// A candidate with an execution resource key is a candidate only while no
-// live claim holds its key, and is leased only if it takes the key's claim
-// (one per key, the first in claim order; ON CONFLICT waits for an
-// uncommitted competitor for the key, and takes over a claim whose delayed
-// release is due). Each leased job is LEASED, stage running, at attempt +
-// 1, with lease_expires_at = now() + @lease_seconds, and gets one LEASED
-// event. Returns the leased jobs in claim order.
+// types when the array is empty), of every tenant, to a worker, in one
+// statement, in claim order: priority high to low, then due time, then
+// age. It walks the distinct priorities of PENDING jobs from the highest
+// (one index descent each) and, within each, reads only the due jobs
+// (priority = p AND next_run_at <= now() is a range of idx_job_queue_claim),
+// so jobs scheduled for later are never read, however many there are.
+// Candidates are locked FOR UPDATE SKIP LOCKED: rows another transaction
+// holds (a concurrent claimer, a replay holding an existing replay) are
+// passed by. A candidate with an execution resource key is a candidate only
+// while no live claim of its tenant holds its key, and is leased only if it
+// takes the key's claim (one per key and tenant, the first in claim order;
+// ON CONFLICT waits for an uncommitted competitor for the key, and takes
+// over a claim whose delayed release is due). Each leased job is LEASED,
+// stage running, at attempt + 1, with lease_expires_at = now() +
+// @lease_seconds, and gets one LEASED event. Returns the leased jobs in
+// claim order. Over every tenant, so not on Citus, where row locks need a
+// statement routed to one tenant: there the claim is JobListTenantsWithDueJobs
+// then JobClaimTenant tenant by tenant.
 func (q *Queries) JobClaim(ctx context.Context, db DBTX, arg JobClaimParams) ([]JobClaimRow, error) {
 	rows, err := db.Query(ctx, jobClaim,
 		arg.JobTypes,
@@ -313,64 +322,108 @@ func (q *Queries) JobClaim(ctx context.Context, db DBTX, arg JobClaimParams) ([]
 	return items, nil
 }
 
-const jobCompleteMany = `-- name: JobCompleteMany :many
-
-WITH input AS (
-    SELECT i.id,
-           ($1::int[])[i.ord] AS run_number,
-           ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           ($4::bool[])[i.ord] AS scoped,
-           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id,
-           ($6::jsonb[])[i.ord] AS output,
-           NULLIF(($7::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($8::bigint[])[i.ord], -1) AS progress_total
-    FROM unnest($9::uuid[]) WITH ORDINALITY AS i(id, ord)
+const jobClaimTenant = `-- name: JobClaimTenant :many
+WITH RECURSIVE priorities (priority) AS (
+    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING' AND jq.organization_id = $1
+    UNION ALL
+    SELECT (SELECT max(jq.priority) FROM job_queue jq
+            WHERE jq.status = 'PENDING' AND jq.organization_id = $1 AND jq.priority < priorities.priority)
+    FROM priorities
+    WHERE priorities.priority IS NOT NULL
 ),
-completed AS (
-    UPDATE job_queue jq
-    SET status = 'SUCCEEDED',
-        stage = 'completed',
-        output = input.output,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
-        finished_at = now(),
-        lease_expires_at = NULL
-    FROM input
-    WHERE jq.id = input.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
-    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
+candidates AS MATERIALIZED (
+    SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
+    FROM priorities
+    CROSS JOIN LATERAL (
+        SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+        FROM job_queue jq
+        WHERE jq.status = 'PENDING'
+          AND jq.organization_id = $1
+          AND jq.priority = priorities.priority
+          AND jq.next_run_at <= now()
+          AND (cardinality($2::text[]) = 0 OR jq.job_type = ANY($2::text[]))
+          AND (
+              jq.execution_resource_key IS NULL
+              OR NOT EXISTS (
+                  SELECT 1
+                  FROM job_execution_resource_claims c
+                  WHERE c.organization_id = jq.organization_id
+                    AND c.resource_key = jq.execution_resource_key
+                    AND (c.release_after IS NULL OR c.release_after > now())
+              )
+          )
+        ORDER BY jq.next_run_at, jq.created_at
+        LIMIT $3
+        FOR UPDATE OF jq SKIP LOCKED
+    ) due
+    LIMIT $3
+),
+acquired AS (
+    INSERT INTO job_execution_resource_claims AS rc (
+        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
+           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+           $4::text, now() + make_interval(secs => $5::float8)
+    FROM candidates
+    JOIN job_queue jq ON jq.organization_id = candidates.organization_id AND jq.id = candidates.id
+    WHERE candidates.execution_resource_key IS NOT NULL
+    ORDER BY candidates.organization_id, candidates.execution_resource_key,
+             candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (organization_id, resource_key) DO UPDATE
+    SET job_id = EXCLUDED.job_id,
+        run_number = EXCLUDED.run_number,
+        attempt = EXCLUDED.attempt,
+        worker_id = EXCLUDED.worker_id,
+        lease_expires_at = EXCLUDED.lease_expires_at,
+        release_after = NULL,
+        acquired_at = EXCLUDED.acquired_at
+    WHERE rc.release_after IS NOT NULL
+      AND rc.release_after <= EXCLUDED.acquired_at
+    RETURNING rc.job_id
+),
+leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = $4::text,
+        lease_expires_at = now() + make_interval(secs => $5::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    -- An array built before the update starts (an InitPlan), so that every
+    -- resource claim is in place when the lease trigger checks for it.
+    WHERE job_queue.id = ANY(ARRAY(
+              SELECT id FROM candidates WHERE execution_resource_key IS NULL
+              UNION ALL
+              SELECT job_id FROM acquired))
+      AND job_queue.organization_id = $1
+      AND job_queue.status = 'PENDING'
+    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
-    SELECT id, run_number, attempt, 'SUCCEEDED', stage, progress_done, progress_total,
-           jsonb_build_object('worker_id', worker_id)
-    FROM completed
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
+           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
+    FROM leased
 )
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM completed
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
+ORDER BY priority DESC, next_run_at, created_at
 `
 
-type JobCompleteManyParams struct {
-	RunNumbers      []int32
-	Attempts        []int32
-	WorkerIds       []string
-	Scoped          []bool
-	OrganizationIds []string
-	Outputs         []json.RawMessage
-	ProgressDone    []int64
-	ProgressTotal   []int64
-	Ids             []uuid.UUID
+type JobClaimTenantParams struct {
+	OrganizationID uuid.UUID
+	JobTypes       []string
+	MaxJobs        int32
+	WorkerID       string
+	LeaseSeconds   float64
 }
 
-type JobCompleteManyRow struct {
+type JobClaimTenantRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -400,19 +453,164 @@ type JobCompleteManyRow struct {
 	ExecutionResourceKey *string
 }
 
-// The worker's writes. Each takes a batch of leases as parallel arrays
-// (@ids with, at the same position, the run, attempt, worker id, whether
-// the caller is scoped and its organization, and what the write records)
-// and changes a job only while its lease is held: LEASED at that run and
-// attempt to that worker, the lease not yet expired by the database clock
+// JobClaimTenant is JobClaim for one tenant's jobs (@organization_id):
+// routed to the tenant's shard on Citus, where the claim runs it tenant by
+// tenant.
+func (q *Queries) JobClaimTenant(ctx context.Context, db DBTX, arg JobClaimTenantParams) ([]JobClaimTenantRow, error) {
+	rows, err := db.Query(ctx, jobClaimTenant,
+		arg.OrganizationID,
+		arg.JobTypes,
+		arg.MaxJobs,
+		arg.WorkerID,
+		arg.LeaseSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobClaimTenantRow
+	for rows.Next() {
+		var i JobClaimTenantRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobCompleteMany = `-- name: JobCompleteMany :many
+
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::jsonb[])[i.ord] AS output,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
+    FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
+),
+completed AS (
+    UPDATE job_queue jq
+    SET status = 'SUCCEEDED',
+        stage = 'completed',
+        output = input.output,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        finished_at = clock.now,
+        lease_expires_at = NULL
+    FROM input, clock
+    WHERE jq.organization_id = $8
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
+),
+event AS (
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT organization_id, id, run_number, attempt, 'SUCCEEDED', stage, progress_done, progress_total,
+           jsonb_build_object('worker_id', worker_id)
+    FROM completed
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM completed
+`
+
+type JobCompleteManyParams struct {
+	RunNumbers     []int32
+	Attempts       []int32
+	WorkerIds      []string
+	Outputs        []json.RawMessage
+	ProgressDone   []int64
+	ProgressTotal  []int64
+	Ids            []uuid.UUID
+	OrganizationID uuid.UUID
+}
+
+type JobCompleteManyRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// The worker's writes. Each takes one tenant (@organization_id) and a
+// batch of its leases as parallel arrays (@ids with, at the same position,
+// the run, attempt and worker id, and what the write records), and changes
+// a job only while its lease is held: LEASED at that run and attempt to
+// that worker, and the lease not yet expired by the database clock
 // (clock_timestamp(), so two workers never both finish one attempt, even
-// before recovery takes an expired lease back), and, for a scoped entry,
-// in that exact scope (null-safe: a NULL organization_id matches only
-// global jobs). A job whose lease does not match is left as it is and
-// returns no row; nothing is written for it. The runtime names every
-// job's tenant (it knows it from the claim). An id given twice is updated
-// once (callers refuse duplicates). An organization is given as text, ”
-// for the global scope (NULL), which a uuid[] cannot carry.
+// before recovery takes an expired lease back). A job whose lease does not
+// match is left as it is and returns no row; nothing is written for it.
+// An id given twice is updated once (callers refuse duplicates). A batch
+// over several tenants is one statement per tenant, each routed to its
+// tenant's shard on Citus.
 // JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
 // stores NULL), the final progress where given (-1: keep the stored
 // value), finished_at, the lease cleared, and one SUCCEEDED event each.
@@ -422,12 +620,11 @@ func (q *Queries) JobCompleteMany(ctx context.Context, db DBTX, arg JobCompleteM
 		arg.RunNumbers,
 		arg.Attempts,
 		arg.WorkerIds,
-		arg.Scoped,
-		arg.OrganizationIds,
 		arg.Outputs,
 		arg.ProgressDone,
 		arg.ProgressTotal,
 		arg.Ids,
+		arg.OrganizationID,
 	)
 	if err != nil {
 		return nil, err
@@ -479,7 +676,11 @@ func (q *Queries) JobCompleteMany(ctx context.Context, db DBTX, arg JobCompleteM
 }
 
 const jobEnqueue = `-- name: JobEnqueue :one
-WITH definition AS (
+
+WITH clock AS (
+    SELECT now() AS now
+),
+definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = $1 AND job_definitions.is_enabled
@@ -499,18 +700,18 @@ inserted AS (
            COALESCE($6::int, d.default_priority),
            COALESCE($7::int, d.max_attempts),
            COALESCE($8::int, d.default_timeout_seconds),
-           COALESCE($9::timestamptz, now()),
-           CASE WHEN $9::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+           COALESCE($9::timestamptz, clock.now),
+           CASE WHEN $9::timestamptz > clock.now THEN 'scheduled' ELSE 'queued' END,
            $10::text,
            $2::jsonb,
            $11::text
-    FROM definition d
+    FROM definition d CROSS JOIN clock
     ON CONFLICT DO NOTHING
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
+    INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+    SELECT organization_id, id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
 ),
 notified AS (
@@ -525,7 +726,7 @@ type JobEnqueueParams struct {
 	JobType              string
 	EnqueueRequest       json.RawMessage
 	ID                   uuid.UUID
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Priority             *int32
 	MaxAttempts          *int32
@@ -539,7 +740,7 @@ type JobEnqueueParams struct {
 type JobEnqueueRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -569,11 +770,17 @@ type JobEnqueueRow struct {
 	ExecutionResourceKey *string
 }
 
+// Every statement that addresses a job names its tenant: organization_id
+// is NOT NULL, the global scope stored as the nil UUID (the library maps
+// it at the edge), and @organization_id is always given. On Citus a
+// statement that names one tenant runs on the one shard holding it; the
+// statements over every tenant (the cross-tenant claim and recovery, the
+// operator listings) say so.
 // JobEnqueue inserts a job and its ENQUEUED event in one statement. The
 // job type's definition must be enabled; it is read FOR SHARE, so a
 // definition change waits. NULL settings take the definition's defaults; a
 // NULL next_run_at means now() (stage queued; a future time: scheduled).
-// A keyed job (idempotency_key and enqueue_request set) whose type, scope
+// A keyed job (idempotency_key and enqueue_request set) whose type, tenant
 // and key are taken, or a job whose id is taken (a caller-chosen id, with
 // enqueue_request set), inserts nothing (ON CONFLICT DO NOTHING, after
 // waiting for an uncommitted competitor); an idempotent insert (one with
@@ -637,35 +844,21 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 	return i, err
 }
 
-const jobExistsAnyScope = `-- name: JobExistsAnyScope :one
-SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = $1)
-`
-
-// JobExistsAnyScope reports whether a job has the id, whatever its scope,
-// for worker-side operations that identify a job by its lease rather than
-// by tenant: it reads nothing else of the job, so nothing else of another
-// tenant's job can reach an error. No lock.
-func (q *Queries) JobExistsAnyScope(ctx context.Context, db DBTX, id uuid.UUID) (bool, error) {
-	row := db.QueryRow(ctx, jobExistsAnyScope, id)
-	var exists bool
-	err := row.Scan(&exists)
-	return exists, err
-}
-
 const jobFailMany = `-- name: JobFailMany :many
 WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
            ($3::text[])[i.ord] AS worker_id,
-           ($4::bool[])[i.ord] AS scoped,
-           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id,
-           ($6::bool[])[i.ord] AS terminal,
-           ($7::text[])[i.ord] AS failure_kind,
-           ($8::float8[])[i.ord] AS retry_delay_seconds,
-           NULLIF(($9::text[])[i.ord], '') AS error_code,
-           NULLIF(($10::text[])[i.ord], '') AS error_message
-    FROM unnest($11::uuid[]) WITH ORDINALITY AS i(id, ord)
+           ($4::bool[])[i.ord] AS terminal,
+           ($5::text[])[i.ord] AS failure_kind,
+           ($6::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF(($7::text[])[i.ord], '') AS error_code,
+           NULLIF(($8::text[])[i.ord], '') AS error_message
+    FROM unnest($9::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
 ),
 failed AS (
     UPDATE job_queue jq
@@ -675,25 +868,25 @@ failed AS (
                      THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                            THEN jq.next_run_at
-                           ELSE now() + make_interval(secs => input.retry_delay_seconds) END,
-        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN now() END,
+                           ELSE clock.now + make_interval(secs => input.retry_delay_seconds) END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN clock.now END,
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
         last_error_message = input.error_message
-    FROM input
-    WHERE jq.id = input.id
+    FROM input, clock
+    WHERE jq.organization_id = $10
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+      AND jq.lease_expires_at > clock.at
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.failure_kind
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt,
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
@@ -716,20 +909,19 @@ type JobFailManyParams struct {
 	RunNumbers        []int32
 	Attempts          []int32
 	WorkerIds         []string
-	Scoped            []bool
-	OrganizationIds   []string
 	Terminal          []bool
 	FailureKinds      []string
 	RetryDelaySeconds []float64
 	ErrorCodes        []string
 	ErrorMessages     []string
 	Ids               []uuid.UUID
+	OrganizationID    uuid.UUID
 }
 
 type JobFailManyRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -771,14 +963,13 @@ func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParam
 		arg.RunNumbers,
 		arg.Attempts,
 		arg.WorkerIds,
-		arg.Scoped,
-		arg.OrganizationIds,
 		arg.Terminal,
 		arg.FailureKinds,
 		arg.RetryDelaySeconds,
 		arg.ErrorCodes,
 		arg.ErrorMessages,
 		arg.Ids,
+		arg.OrganizationID,
 	)
 	if err != nil {
 		return nil, err
@@ -831,19 +1022,18 @@ func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParam
 
 const jobGetByID = `-- name: JobGetByID :one
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE id = $1
-  AND organization_id IS NOT DISTINCT FROM $2::uuid
+WHERE organization_id = $1
+  AND id = $2
 `
 
 type JobGetByIDParams struct {
+	OrganizationID uuid.UUID
 	ID             uuid.UUID
-	OrganizationID *uuid.UUID
 }
 
-// JobGetByID reads one job in the caller's exact scope (null-safe: the global
-// scope sees only jobs without an organization). No lock.
+// JobGetByID reads one job of the caller's tenant. No lock.
 func (q *Queries) JobGetByID(ctx context.Context, db DBTX, arg JobGetByIDParams) (JobQueue, error) {
-	row := db.QueryRow(ctx, jobGetByID, arg.ID, arg.OrganizationID)
+	row := db.QueryRow(ctx, jobGetByID, arg.OrganizationID, arg.ID)
 	var i JobQueue
 	err := row.Scan(
 		&i.ID,
@@ -883,25 +1073,26 @@ func (q *Queries) JobGetByID(ctx context.Context, db DBTX, arg JobGetByIDParams)
 const jobGetForReplayClassification = `-- name: JobGetForReplayClassification :one
 SELECT job_queue.status,
        job_queue.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
-       (to_jsonb(job_queue) || jsonb_build_object(
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = $1 AND ws.job_id = job_queue.id) AS workflow_managed,
+       (CASE WHEN job_queue.status <> 'SUCCEEDED' OR job_queue.run_number <> $2 THEN
+        to_jsonb(job_queue) || jsonb_build_object(
            'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job
+           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z') END)::jsonb AS job
 FROM job_queue
-WHERE job_queue.id = $1
-  AND organization_id IS NOT DISTINCT FROM $2::uuid
-  AND ($3::text IS NULL OR current_setting('runledger.replay', true) = $3::text)
+WHERE job_queue.organization_id = $1
+  AND job_queue.id = $3
 `
 
 type JobGetForReplayClassificationParams struct {
-	ID             uuid.UUID
-	OrganizationID *uuid.UUID
-	RunIf          *string
+	OrganizationID    uuid.UUID
+	ExpectedRunNumber int32
+	ID                uuid.UUID
 }
 
 type JobGetForReplayClassificationRow struct {
@@ -912,15 +1103,15 @@ type JobGetForReplayClassificationRow struct {
 }
 
 // JobGetForReplayClassification reads the replay source in the caller's
-// scope without a lock, to tell NotFound, a mismatch and a workflow-managed
-// source apart once the locking read missed. In a pipeline it runs only
-// while runledger.replay is @run_if; with @run_if NULL it always reads.
-// job is the whole row as one jsonb value (decoded only for a mismatch),
-// its timestamps in UTC so that they parse as RFC 3339 whatever the
-// session's TimeZone, for any year from 1 to 9999 (written without a
-// to_char pattern: pgbench would take its ":MI" for a variable).
+// tenant without a lock, to tell NotFound, a mismatch and a
+// workflow-managed source apart when the locking read returned nothing.
+// job is the whole row as one jsonb value, only for a mismatch (not
+// SUCCEEDED at @expected_run_number; NULL otherwise), its timestamps in
+// UTC so that they parse as RFC 3339 whatever the session's TimeZone, for
+// any year from 1 to 9999 (written without a to_char pattern: pgbench
+// would take its ":MI" for a variable).
 func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, arg JobGetForReplayClassificationParams) (JobGetForReplayClassificationRow, error) {
-	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.ID, arg.OrganizationID, arg.RunIf)
+	row := db.QueryRow(ctx, jobGetForReplayClassification, arg.OrganizationID, arg.ExpectedRunNumber, arg.ID)
 	var i JobGetForReplayClassificationRow
 	err := row.Scan(
 		&i.Status,
@@ -931,44 +1122,91 @@ func (q *Queries) JobGetForReplayClassification(ctx context.Context, db DBTX, ar
 	return i, err
 }
 
+const jobGetTenant = `-- name: JobGetTenant :one
+SELECT organization_id FROM job_queue WHERE id = $1 LIMIT 1
+`
+
+// JobGetTenant returns the tenant of the job with an id, whatever it is,
+// for the paths that know only a job's id (an unscoped worker call finds
+// the tenant first, then names it). No row when no job has the id. On
+// Citus it asks every shard. No lock.
+func (q *Queries) JobGetTenant(ctx context.Context, db DBTX, id uuid.UUID) (uuid.UUID, error) {
+	row := db.QueryRow(ctx, jobGetTenant, id)
+	var organization_id uuid.UUID
+	err := row.Scan(&organization_id)
+	return organization_id, err
+}
+
+const jobGetTenants = `-- name: JobGetTenants :many
+SELECT id, organization_id FROM job_queue WHERE id = ANY($1::uuid[])
+`
+
+type JobGetTenantsRow struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+}
+
+// JobGetTenants is JobGetTenant for many ids: one row per job found.
+func (q *Queries) JobGetTenants(ctx context.Context, db DBTX, ids []uuid.UUID) ([]JobGetTenantsRow, error) {
+	rows, err := db.Query(ctx, jobGetTenants, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobGetTenantsRow
+	for rows.Next() {
+		var i JobGetTenantsRow
+		if err := rows.Scan(&i.ID, &i.OrganizationID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobHeartbeatMany = `-- name: JobHeartbeatMany :many
 WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
            ($3::text[])[i.ord] AS worker_id,
-           ($4::bool[])[i.ord] AS scoped,
-           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id,
-           ($6::float8[])[i.ord] AS lease_seconds,
-           NULLIF(($7::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($8::bigint[])[i.ord], -1) AS progress_total,
-           ($9::jsonb[])[i.ord] AS checkpoint
-    FROM unnest($10::uuid[]) WITH ORDINALITY AS i(id, ord)
+           ($4::float8[])[i.ord] AS lease_seconds,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total,
+           ($7::jsonb[])[i.ord] AS checkpoint
+    FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT clock_timestamp() AS at
 ),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = clock_timestamp() + make_interval(secs => input.lease_seconds),
-        last_heartbeat_at = clock_timestamp(),
+    SET lease_expires_at = clock.at + make_interval(secs => input.lease_seconds),
+        last_heartbeat_at = clock.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN job_queue before ON before.id = input.id
-    WHERE jq.id = input.id
+    CROSS JOIN clock
+    JOIN job_queue before ON before.organization_id = $9 AND before.id = input.id
+    WHERE jq.organization_id = $9
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
-    RETURNING jq.id, jq.organization_id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
               ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
                OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
-    SELECT id, run_number, attempt, 'PROGRESS', stage, progress_done, progress_total,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT organization_id, id, run_number, attempt, 'PROGRESS', stage, progress_done, progress_total,
            jsonb_build_object('worker_id', worker_id)
     FROM beat
     WHERE changed
@@ -979,21 +1217,20 @@ FROM beat
 `
 
 type JobHeartbeatManyParams struct {
-	RunNumbers      []int32
-	Attempts        []int32
-	WorkerIds       []string
-	Scoped          []bool
-	OrganizationIds []string
-	LeaseSeconds    []float64
-	ProgressDone    []int64
-	ProgressTotal   []int64
-	Checkpoints     []json.RawMessage
-	Ids             []uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	WorkerIds      []string
+	LeaseSeconds   []float64
+	ProgressDone   []int64
+	ProgressTotal  []int64
+	Checkpoints    []json.RawMessage
+	Ids            []uuid.UUID
+	OrganizationID uuid.UUID
 }
 
 type JobHeartbeatManyRow struct {
 	ID              uuid.UUID
-	OrganizationID  *uuid.UUID
+	OrganizationID  uuid.UUID
 	RunNumber       int32
 	Attempt         int32
 	LeaseExpiresAt  *time.Time
@@ -1016,13 +1253,12 @@ func (q *Queries) JobHeartbeatMany(ctx context.Context, db DBTX, arg JobHeartbea
 		arg.RunNumbers,
 		arg.Attempts,
 		arg.WorkerIds,
-		arg.Scoped,
-		arg.OrganizationIds,
 		arg.LeaseSeconds,
 		arg.ProgressDone,
 		arg.ProgressTotal,
 		arg.Checkpoints,
 		arg.Ids,
+		arg.OrganizationID,
 	)
 	if err != nil {
 		return nil, err
@@ -1052,72 +1288,7 @@ func (q *Queries) JobHeartbeatMany(ctx context.Context, db DBTX, arg JobHeartbea
 	return items, nil
 }
 
-const jobListByStatusGlobal = `-- name: JobListByStatusGlobal :many
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE organization_id IS NULL
-  AND status = $1
-ORDER BY created_at DESC
-LIMIT $2
-`
-
-type JobListByStatusGlobalParams struct {
-	Status  JobStatus
-	MaxJobs int32
-}
-
-// JobListByStatusGlobal lists the newest global-scope jobs in one status.
-func (q *Queries) JobListByStatusGlobal(ctx context.Context, db DBTX, arg JobListByStatusGlobalParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListByStatusGlobal, arg.Status, arg.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobQueue
-	for rows.Next() {
-		var i JobQueue
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const jobListByStatusOrg = `-- name: JobListByStatusOrg :many
+const jobListByStatus = `-- name: JobListByStatus :many
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
 WHERE organization_id = $1
   AND status = $2
@@ -1125,16 +1296,15 @@ ORDER BY created_at DESC
 LIMIT $3
 `
 
-type JobListByStatusOrgParams struct {
-	OrganizationID *uuid.UUID
+type JobListByStatusParams struct {
+	OrganizationID uuid.UUID
 	Status         JobStatus
 	MaxJobs        int32
 }
 
-// JobListByStatusOrg lists the newest jobs of one organization in one
-// status.
-func (q *Queries) JobListByStatusOrg(ctx context.Context, db DBTX, arg JobListByStatusOrgParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListByStatusOrg, arg.OrganizationID, arg.Status, arg.MaxJobs)
+// JobListByStatus lists the newest jobs of one tenant in one status.
+func (q *Queries) JobListByStatus(ctx context.Context, db DBTX, arg JobListByStatusParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListByStatus, arg.OrganizationID, arg.Status, arg.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
@@ -1199,9 +1369,84 @@ type JobListByTypeAndStatusParams struct {
 }
 
 // JobListByTypeAndStatus lists the newest jobs of one type in one status,
-// across scopes (operators only).
+// across tenants (operators only; on Citus every shard).
 func (q *Queries) JobListByTypeAndStatus(ctx context.Context, db DBTX, arg JobListByTypeAndStatusParams) ([]JobQueue, error) {
 	rows, err := db.Query(ctx, jobListByTypeAndStatus, arg.JobType, arg.Status, arg.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobQueue
+	for rows.Next() {
+		var i JobQueue
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListPage = `-- name: JobListPage :many
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
+WHERE organization_id = $1
+  AND ($2::timestamptz IS NULL
+       OR (created_at, id) < ($2::timestamptz, $3::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $4
+`
+
+type JobListPageParams struct {
+	OrganizationID  uuid.UUID
+	BeforeCreatedAt *time.Time
+	BeforeID        *uuid.UUID
+	MaxJobs         int32
+}
+
+// JobListPage lists the jobs of one tenant newest first, a page at a time:
+// pass the last row's (created_at, id) as the cursor for the next page, or
+// NULLs for the first. No lock.
+func (q *Queries) JobListPage(ctx context.Context, db DBTX, arg JobListPageParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListPage,
+		arg.OrganizationID,
+		arg.BeforeCreatedAt,
+		arg.BeforeID,
+		arg.MaxJobs,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1265,8 +1510,9 @@ type JobListPageAllParams struct {
 	MaxJobs         int32
 }
 
-// JobListPageAll lists jobs of every scope newest first (operators only),
-// with the same cursor as JobListPageGlobal. No lock.
+// JobListPageAll lists jobs of every tenant newest first (operators only),
+// with the same cursor as JobListPage. No lock (on Citus: every shard,
+// merged on the coordinator).
 func (q *Queries) JobListPageAll(ctx context.Context, db DBTX, arg JobListPageAllParams) ([]JobQueue, error) {
 	rows, err := db.Query(ctx, jobListPageAll, arg.BeforeCreatedAt, arg.BeforeID, arg.MaxJobs)
 	if err != nil {
@@ -1318,68 +1564,40 @@ func (q *Queries) JobListPageAll(ctx context.Context, db DBTX, arg JobListPageAl
 	return items, nil
 }
 
-const jobListPageGlobal = `-- name: JobListPageGlobal :many
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE organization_id IS NULL
-  AND ($1::timestamptz IS NULL
-       OR (created_at, id) < ($1::timestamptz, $2::uuid))
-ORDER BY created_at DESC, id DESC
-LIMIT $3
+const jobListTenantsWithDueJobs = `-- name: JobListTenantsWithDueJobs :many
+SELECT jq.organization_id
+FROM job_queue jq
+WHERE jq.status = 'PENDING'
+  AND jq.next_run_at <= now()
+  AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
+GROUP BY jq.organization_id
+ORDER BY max(jq.priority) DESC, min(jq.next_run_at)
+LIMIT $2
 `
 
-type JobListPageGlobalParams struct {
-	BeforeCreatedAt *time.Time
-	BeforeID        *uuid.UUID
-	MaxJobs         int32
+type JobListTenantsWithDueJobsParams struct {
+	JobTypes   []string
+	MaxTenants int32
 }
 
-// JobListPageGlobal lists global-scope jobs newest first, a page at a time:
-// pass the last row's (created_at, id) as the cursor for the next page, or
-// NULLs for the first. No lock.
-func (q *Queries) JobListPageGlobal(ctx context.Context, db DBTX, arg JobListPageGlobalParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListPageGlobal, arg.BeforeCreatedAt, arg.BeforeID, arg.MaxJobs)
+// JobListTenantsWithDueJobs lists up to @max_tenants tenants that have
+// due PENDING jobs of the given types (all types when the array is empty),
+// the tenant of the most urgent due job first (priority, then due time).
+// It reads without a lock (on Citus: one query on every shard), so a tenant
+// listed may have no due job left by the time it is claimed from.
+func (q *Queries) JobListTenantsWithDueJobs(ctx context.Context, db DBTX, arg JobListTenantsWithDueJobsParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, jobListTenantsWithDueJobs, arg.JobTypes, arg.MaxTenants)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []JobQueue
+	var items []uuid.UUID
 	for rows.Next() {
-		var i JobQueue
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
+		var organization_id uuid.UUID
+		if err := rows.Scan(&organization_id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, organization_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1387,72 +1605,32 @@ func (q *Queries) JobListPageGlobal(ctx context.Context, db DBTX, arg JobListPag
 	return items, nil
 }
 
-const jobListPageOrg = `-- name: JobListPageOrg :many
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE organization_id = $1
-  AND ($2::timestamptz IS NULL
-       OR (created_at, id) < ($2::timestamptz, $3::uuid))
-ORDER BY created_at DESC, id DESC
-LIMIT $4
+const jobListTenantsWithExpiredLeases = `-- name: JobListTenantsWithExpiredLeases :many
+SELECT organization_id
+FROM job_queue
+WHERE status = 'LEASED'
+  AND lease_expires_at < clock_timestamp()
+GROUP BY organization_id
+ORDER BY min(lease_expires_at)
+LIMIT $1
 `
 
-type JobListPageOrgParams struct {
-	OrganizationID  *uuid.UUID
-	BeforeCreatedAt *time.Time
-	BeforeID        *uuid.UUID
-	MaxJobs         int32
-}
-
-// JobListPageOrg is JobListPageGlobal for one organization.
-func (q *Queries) JobListPageOrg(ctx context.Context, db DBTX, arg JobListPageOrgParams) ([]JobQueue, error) {
-	rows, err := db.Query(ctx, jobListPageOrg,
-		arg.OrganizationID,
-		arg.BeforeCreatedAt,
-		arg.BeforeID,
-		arg.MaxJobs,
-	)
+// JobListTenantsWithExpiredLeases lists up to @max_tenants tenants holding
+// leases that ran out by the database clock, the oldest expiry first,
+// without a lock (on Citus: one query on every shard).
+func (q *Queries) JobListTenantsWithExpiredLeases(ctx context.Context, db DBTX, maxTenants int32) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, jobListTenantsWithExpiredLeases, maxTenants)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []JobQueue
+	var items []uuid.UUID
 	for rows.Next() {
-		var i JobQueue
-		if err := rows.Scan(
-			&i.ID,
-			&i.JobType,
-			&i.OrganizationID,
-			&i.Payload,
-			&i.Status,
-			&i.Priority,
-			&i.RunNumber,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.TimeoutSeconds,
-			&i.NextRunAt,
-			&i.LeaseExpiresAt,
-			&i.LastHeartbeatAt,
-			&i.WorkerID,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Stage,
-			&i.ProgressDone,
-			&i.ProgressTotal,
-			&i.ProgressPct,
-			&i.Checkpoint,
-			&i.IdempotencyKey,
-			&i.StatusReason,
-			&i.LastErrorCode,
-			&i.LastErrorMessage,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.EnqueueRequest,
-			&i.Output,
-			&i.ExecutionResourceKey,
-		); err != nil {
+		var organization_id uuid.UUID
+		if err := rows.Scan(&organization_id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, organization_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1464,10 +1642,12 @@ const jobLockByIdempotencyKeyGlobal = `-- name: JobLockByIdempotencyKeyGlobal :o
 SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (enqueue_request = $1::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_queue.job_type = $2
-  AND job_queue.organization_id IS NULL
+WHERE job_queue.organization_id = '00000000-0000-0000-0000-000000000000'
+  AND job_queue.job_type = $2
   AND job_queue.idempotency_key = $3
-  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = $4)
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted
+                  WHERE inserted.organization_id = '00000000-0000-0000-0000-000000000000'
+                    AND inserted.id = $4)
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE
 `
@@ -1484,15 +1664,17 @@ type JobLockByIdempotencyKeyGlobalRow struct {
 	SameRequest bool
 }
 
-// JobLockByIdempotencyKeyGlobal finds the global-scope job holding a key
-// and locks it FOR NO KEY UPDATE (the status reported to the caller stays
-// true until the transaction ends; NO KEY UPDATE so later foreign-key
-// checks on the row cannot deadlock against it). same_request tells
-// whether the stored request snapshot equals the given one (jsonb
-// equality, so key order and spacing do not matter).
-// It follows JobEnqueue in the same pipeline and runs only when that
-// insert did not write job @inserted_id, and only under READ COMMITTED;
-// otherwise it reads and locks nothing.
+// JobLockByIdempotencyKeyGlobal finds the global scope's job holding a
+// key and locks it FOR NO KEY UPDATE (the status reported to the caller
+// stays true until the transaction ends; NO KEY UPDATE so later
+// foreign-key checks on the row cannot deadlock against it). same_request
+// tells whether the stored request snapshot equals the given one (jsonb
+// equality, so key order and spacing do not matter). It follows
+// JobEnqueue in the same pipeline and runs only when that insert did not
+// write job @inserted_id (a fresh id nobody else holds, so its existence
+// tells), and only under READ COMMITTED; otherwise it reads and locks
+// nothing. The tenant is the literal nil UUID, so that any plan uses
+// uq_job_queue_type_idempotency_global.
 func (q *Queries) JobLockByIdempotencyKeyGlobal(ctx context.Context, db DBTX, arg JobLockByIdempotencyKeyGlobalParams) (JobLockByIdempotencyKeyGlobalRow, error) {
 	row := db.QueryRow(ctx, jobLockByIdempotencyKeyGlobal,
 		arg.EnqueueRequest,
@@ -1541,18 +1723,20 @@ const jobLockByIdempotencyKeyOrg = `-- name: JobLockByIdempotencyKeyOrg :one
 SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (enqueue_request = $1::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_queue.job_type = $2
-  AND job_queue.organization_id = $3
+WHERE job_queue.organization_id = $2
+  AND job_queue.organization_id <> '00000000-0000-0000-0000-000000000000'
+  AND job_queue.job_type = $3
   AND job_queue.idempotency_key = $4
-  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = $5)
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted
+                  WHERE inserted.organization_id = $2 AND inserted.id = $5)
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE
 `
 
 type JobLockByIdempotencyKeyOrgParams struct {
 	EnqueueRequest json.RawMessage
+	OrganizationID uuid.UUID
 	JobType        string
-	OrganizationID *uuid.UUID
 	IdempotencyKey *string
 	InsertedID     uuid.UUID
 }
@@ -1563,13 +1747,13 @@ type JobLockByIdempotencyKeyOrgRow struct {
 }
 
 // JobLockByIdempotencyKeyOrg is JobLockByIdempotencyKeyGlobal for one
-// organization's scope (a separate statement so each matches its partial
-// unique index), with the same guards.
+// organization, with the same guards; "not the nil UUID" is spelled out
+// so that any plan uses uq_job_queue_type_idempotency_org.
 func (q *Queries) JobLockByIdempotencyKeyOrg(ctx context.Context, db DBTX, arg JobLockByIdempotencyKeyOrgParams) (JobLockByIdempotencyKeyOrgRow, error) {
 	row := db.QueryRow(ctx, jobLockByIdempotencyKeyOrg,
 		arg.EnqueueRequest,
-		arg.JobType,
 		arg.OrganizationID,
+		arg.JobType,
 		arg.IdempotencyKey,
 		arg.InsertedID,
 	)
@@ -1614,13 +1798,15 @@ const jobLockForEnqueueByID = `-- name: JobLockForEnqueueByID :one
 SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (enqueue_request IS NOT DISTINCT FROM $1::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_queue.id = $2
+WHERE job_queue.organization_id = $2
+  AND job_queue.id = $3
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE
 `
 
 type JobLockForEnqueueByIDParams struct {
 	EnqueueRequest json.RawMessage
+	OrganizationID uuid.UUID
 	ID             uuid.UUID
 }
 
@@ -1629,15 +1815,15 @@ type JobLockForEnqueueByIDRow struct {
 	SameRequest bool
 }
 
-// JobLockForEnqueueByID finds the job holding a caller-chosen id and
-// locks it FOR NO KEY UPDATE, as JobLockByIdempotencyKeyGlobal does for a
+// JobLockForEnqueueByID finds the tenant's job holding a caller-chosen id
+// and locks it FOR NO KEY UPDATE, as JobLockByIdempotencyKey does for a
 // key, with same_request telling whether its stored request snapshot
 // equals the given one. It follows JobEnqueue in the same pipeline; when
 // that insert wrote the job, it finds the new row, which the caller
 // ignores. Only under READ COMMITTED; otherwise it reads and locks
 // nothing.
 func (q *Queries) JobLockForEnqueueByID(ctx context.Context, db DBTX, arg JobLockForEnqueueByIDParams) (JobLockForEnqueueByIDRow, error) {
-	row := db.QueryRow(ctx, jobLockForEnqueueByID, arg.EnqueueRequest, arg.ID)
+	row := db.QueryRow(ctx, jobLockForEnqueueByID, arg.EnqueueRequest, arg.OrganizationID, arg.ID)
 	var i JobLockForEnqueueByIDRow
 	err := row.Scan(
 		&i.JobQueue.ID,
@@ -1676,32 +1862,26 @@ func (q *Queries) JobLockForEnqueueByID(ctx context.Context, db DBTX, arg JobLoc
 }
 
 const jobLockForReplay = `-- name: JobLockForReplay :one
-WITH locked AS MATERIALIZED (
-    SELECT id, run_number, job_type, execution_resource_key,
-           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-    FROM job_queue
-    WHERE job_queue.id = $2
-      AND organization_id IS NOT DISTINCT FROM $3::uuid
-      AND status = 'SUCCEEDED'
-      AND run_number = $4
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-      AND current_setting('runledger.replay', true) = $1::text || '/missing'
-    FOR NO KEY UPDATE
-)
-SELECT locked.id,
-       locked.run_number,
-       locked.job_type,
-       locked.execution_resource_key,
-       locked.workflow_managed,
-       set_config('runledger.replay', $1::text || '/locked', true) AS marker
-FROM locked
+SELECT id, run_number, job_type, execution_resource_key
+FROM job_queue
+WHERE job_queue.organization_id = $1
+  AND job_queue.id = $2
+  AND status = 'SUCCEEDED'
+  AND run_number = $3
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = $1 AND ws.job_id = job_queue.id)
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.organization_id = $1 AND jr.source_job_id = job_queue.id
+                    AND jr.source_run_number = $3 AND jr.replay_request_key = $4)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE
 `
 
 type JobLockForReplayParams struct {
-	Token             string
+	OrganizationID    uuid.UUID
 	ID                uuid.UUID
-	OrganizationID    *uuid.UUID
 	ExpectedRunNumber int32
+	ReplayRequestKey  string
 }
 
 type JobLockForReplayRow struct {
@@ -1709,24 +1889,22 @@ type JobLockForReplayRow struct {
 	RunNumber            int32
 	JobType              string
 	ExecutionResourceKey *string
-	WorkflowManaged      bool
-	Marker               string
 }
 
 // JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is
-// eligible: in the caller's exact scope, SUCCEEDED at the expected run, in
-// no workflow step. NO KEY UPDATE lets the lineage insert's KEY SHARE
-// foreign-key check through while two replays of one source serialize
-// here; a waiter re-checks the conditions on the newest row. It runs only
-// while runledger.replay is '<token>/missing' (else it reads and locks
-// nothing), and sets '<token>/locked' only for a row it returns (outer
-// query over a MATERIALIZED CTE).
+// eligible: in the caller's tenant, SUCCEEDED at the expected run, in no
+// workflow step, and without lineage for the request (source, run, key).
+// NO KEY UPDATE lets the lineage insert's KEY SHARE foreign-key check
+// through while two replays of one source serialize here; a waiter
+// re-checks the conditions on the newest row. It follows the lineage
+// lookup in the replay's pipeline, and its guard is in the data: lineage
+// the lookup found (or that appeared since) keeps it from locking.
 func (q *Queries) JobLockForReplay(ctx context.Context, db DBTX, arg JobLockForReplayParams) (JobLockForReplayRow, error) {
 	row := db.QueryRow(ctx, jobLockForReplay,
-		arg.Token,
-		arg.ID,
 		arg.OrganizationID,
+		arg.ID,
 		arg.ExpectedRunNumber,
+		arg.ReplayRequestKey,
 	)
 	var i JobLockForReplayRow
 	err := row.Scan(
@@ -1734,15 +1912,16 @@ func (q *Queries) JobLockForReplay(ctx context.Context, db DBTX, arg JobLockForR
 		&i.RunNumber,
 		&i.JobType,
 		&i.ExecutionResourceKey,
-		&i.WorkflowManaged,
-		&i.Marker,
 	)
 	return i, err
 }
 
 const jobRecoverExpiredLeases = `-- name: JobRecoverExpiredLeases :many
-WITH expired AS (
-    SELECT id
+WITH clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
+),
+expired AS (
+    SELECT organization_id, id
     FROM job_queue
     WHERE status = 'LEASED'
       AND lease_expires_at < clock_timestamp()
@@ -1757,20 +1936,21 @@ recovered AS (
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
-                           ELSE now() + make_interval(secs => least($3::float8,
+                           ELSE clock.now + make_interval(secs => least($3::float8,
                                     $4::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
-        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN now() END,
+        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN clock.now END,
         worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = 'job.lease_expired',
         last_error_message = 'The lease expired before the worker finished.'
-    FROM expired
-    WHERE jq.id = expired.id
+    FROM expired, clock
+    WHERE jq.organization_id = expired.organization_id
+      AND jq.id = expired.id
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt,
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
@@ -1793,7 +1973,7 @@ type JobRecoverExpiredLeasesParams struct {
 type JobRecoverExpiredLeasesRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -1823,17 +2003,21 @@ type JobRecoverExpiredLeasesRow struct {
 	ExecutionResourceKey *string
 }
 
-// JobRecoverExpiredLeases takes back up to @max_jobs leases that ran out
-// by the database clock (oldest expiry first), skipping rows another
-// transaction holds, and only while this transaction holds the recovery
-// advisory lock @lock_key (taken here, without waiting, until the
-// transaction ends): one recoverer at a time across processes, the others
-// recover nothing. Each expired attempt counts as spent and records failure
-// kind LEASE_EXPIRED: a job with attempts left returns to PENDING, stage
-// scheduled, due after the retry delay (@backoff_base_seconds doubled per
-// attempt, at most @backoff_max_seconds), with a RETRY_SCHEDULED event;
-// one without is DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED
-// releases any resource claim (trigger).
+// JobRecoverExpiredLeases takes back up to @max_jobs leases of every
+// tenant that ran out by the database clock (oldest expiry first),
+// skipping rows another transaction holds, and only while this transaction
+// holds the recovery advisory lock @lock_key (taken here, without waiting,
+// until the transaction ends): one recoverer at a time across processes,
+// the others recover nothing. Each expired attempt counts as spent and
+// records failure kind LEASE_EXPIRED: a job with attempts left returns to
+// PENDING, stage scheduled, due after the retry delay
+// (@backoff_base_seconds doubled per attempt, at most
+// @backoff_max_seconds), with a RETRY_SCHEDULED event; one without is
+// DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED releases any
+// resource claim (trigger). Over every tenant, so not on Citus: there
+// recovery is JobListTenantsWithExpiredLeases, then
+// JobRecoverExpiredLeasesTenant tenant by tenant, under the lock that
+// TransactionTryRecoveryLock takes.
 func (q *Queries) JobRecoverExpiredLeases(ctx context.Context, db DBTX, arg JobRecoverExpiredLeasesParams) ([]JobRecoverExpiredLeasesRow, error) {
 	rows, err := db.Query(ctx, jobRecoverExpiredLeases,
 		arg.LockKey,
@@ -1890,15 +2074,162 @@ func (q *Queries) JobRecoverExpiredLeases(ctx context.Context, db DBTX, arg JobR
 	return items, nil
 }
 
+const jobRecoverExpiredLeasesTenant = `-- name: JobRecoverExpiredLeasesTenant :many
+WITH clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
+),
+expired AS (
+    SELECT organization_id, id
+    FROM job_queue
+    WHERE job_queue.status = 'LEASED'
+      AND job_queue.organization_id = $1
+      AND job_queue.lease_expires_at < clock_timestamp()
+    ORDER BY lease_expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+recovered AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
+                           ELSE clock.now + make_interval(secs => least($3::float8,
+                                    $4::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
+        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN clock.now END,
+        worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = 'job.lease_expired',
+        last_error_message = 'The lease expired before the worker finished.'
+    FROM expired, clock
+    WHERE jq.organization_id = expired.organization_id
+      AND jq.id = expired.id
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
+),
+event AS (
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt,
+           CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
+                ELSE 'RETRY_SCHEDULED'::job_event_type END,
+           stage,
+           jsonb_strip_nulls(jsonb_build_object(
+               'failure_kind', 'LEASE_EXPIRED',
+               'error_code', last_error_code,
+               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
+    FROM recovered
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM recovered
+`
+
+type JobRecoverExpiredLeasesTenantParams struct {
+	OrganizationID     uuid.UUID
+	MaxJobs            int32
+	BackoffMaxSeconds  float64
+	BackoffBaseSeconds float64
+}
+
+type JobRecoverExpiredLeasesTenantRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobRecoverExpiredLeasesTenant is JobRecoverExpiredLeases for one tenant
+// (@organization_id), routed to its shard on Citus; the caller holds the
+// recovery lock (TransactionTryRecoveryLock).
+func (q *Queries) JobRecoverExpiredLeasesTenant(ctx context.Context, db DBTX, arg JobRecoverExpiredLeasesTenantParams) ([]JobRecoverExpiredLeasesTenantRow, error) {
+	rows, err := db.Query(ctx, jobRecoverExpiredLeasesTenant,
+		arg.OrganizationID,
+		arg.MaxJobs,
+		arg.BackoffMaxSeconds,
+		arg.BackoffBaseSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobRecoverExpiredLeasesTenantRow
+	for rows.Next() {
+		var i JobRecoverExpiredLeasesTenantRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobReleaseMany = `-- name: JobReleaseMany :many
 WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           ($4::bool[])[i.ord] AS scoped,
-           NULLIF(($5::text[])[i.ord], '')::uuid AS organization_id
-    FROM unnest($6::uuid[]) WITH ORDINALITY AS i(id, ord)
+           ($3::text[])[i.ord] AS worker_id
+    FROM unnest($4::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT clock_timestamp() AS at
 ),
 released AS (
     UPDATE job_queue jq
@@ -1909,19 +2240,19 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input
-    WHERE jq.id = input.id
+    FROM input, clock
+    WHERE jq.organization_id = $5
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+      AND jq.lease_expires_at > clock.at
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.worker_id AS released_by
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt + 1, 'STAGE_CHANGED', stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt + 1, 'STAGE_CHANGED', stage,
            jsonb_build_object('worker_id', released_by, 'released', true)
     FROM released
 )
@@ -1934,18 +2265,17 @@ FROM released
 `
 
 type JobReleaseManyParams struct {
-	RunNumbers      []int32
-	Attempts        []int32
-	WorkerIds       []string
-	Scoped          []bool
-	OrganizationIds []string
-	Ids             []uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	WorkerIds      []string
+	Ids            []uuid.UUID
+	OrganizationID uuid.UUID
 }
 
 type JobReleaseManyRow struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -1985,9 +2315,8 @@ func (q *Queries) JobReleaseMany(ctx context.Context, db DBTX, arg JobReleaseMan
 		arg.RunNumbers,
 		arg.Attempts,
 		arg.WorkerIds,
-		arg.Scoped,
-		arg.OrganizationIds,
 		arg.Ids,
+		arg.OrganizationID,
 	)
 	if err != nil {
 		return nil, err

@@ -12,48 +12,7 @@ import (
 	"github.com/google/uuid"
 )
 
-const jobCountSucceededForReplayGlobal = `-- name: JobCountSucceededForReplayGlobal :one
-SELECT count(*) FROM (
-    SELECT 1
-    FROM job_queue jq
-    WHERE jq.job_type = $1
-      AND jq.organization_id IS NULL
-      AND jq.status = 'SUCCEEDED'
-      AND jq.finished_at >= coalesce($2::timestamptz, '-infinity')
-      AND jq.finished_at < coalesce($3::timestamptz, now())
-      AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
-          IS DISTINCT FROM $4::text
-    LIMIT $5
-) selected
-`
-
-type JobCountSucceededForReplayGlobalParams struct {
-	JobType          string
-	Since            *time.Time
-	Until            *time.Time
-	ReplayRequestKey string
-	MaxJobs          int32
-}
-
-// JobCountSucceededForReplayGlobal counts what JobListSucceededForReplayGlobal
-// would select from the start under the same bounds (a NULL @until is
-// now(), the transaction's start: in the first page's transaction, the
-// bound that page pins), at most @max_jobs. It reads every selected job
-// with its lineage probe: the cost of a scan of the selection. No lock.
-func (q *Queries) JobCountSucceededForReplayGlobal(ctx context.Context, db DBTX, arg JobCountSucceededForReplayGlobalParams) (int64, error) {
-	row := db.QueryRow(ctx, jobCountSucceededForReplayGlobal,
-		arg.JobType,
-		arg.Since,
-		arg.Until,
-		arg.ReplayRequestKey,
-		arg.MaxJobs,
-	)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
-}
-
-const jobCountSucceededForReplayOrg = `-- name: JobCountSucceededForReplayOrg :one
+const jobCountSucceededForReplay = `-- name: JobCountSucceededForReplay :one
 SELECT count(*) FROM (
     SELECT 1
     FROM job_queue jq
@@ -62,26 +21,29 @@ SELECT count(*) FROM (
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce($3::timestamptz, '-infinity')
       AND jq.finished_at < coalesce($4::timestamptz, now())
-      AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+      AND (SELECT jr.replay_request_key FROM job_replays jr
+           WHERE jr.organization_id = $2 AND jr.replay_job_id = jq.id)
           IS DISTINCT FROM $5::text
     LIMIT $6
 ) selected
 `
 
-type JobCountSucceededForReplayOrgParams struct {
+type JobCountSucceededForReplayParams struct {
 	JobType          string
-	OrganizationID   *uuid.UUID
+	OrganizationID   uuid.UUID
 	Since            *time.Time
 	Until            *time.Time
 	ReplayRequestKey string
 	MaxJobs          int32
 }
 
-// JobCountSucceededForReplayOrg counts what JobListSucceededForReplayOrg
-// would select from the start under the same bounds, at most @max_jobs,
-// as JobCountSucceededForReplayGlobal does. No lock.
-func (q *Queries) JobCountSucceededForReplayOrg(ctx context.Context, db DBTX, arg JobCountSucceededForReplayOrgParams) (int64, error) {
-	row := db.QueryRow(ctx, jobCountSucceededForReplayOrg,
+// JobCountSucceededForReplay counts what JobListSucceededForReplay would
+// select from the start under the same bounds (a NULL @until is now(), the
+// transaction's start: in the first page's transaction, the bound that
+// page pins), at most @max_jobs. It reads every selected job with its
+// lineage probe: the cost of a scan of the selection. No lock.
+func (q *Queries) JobCountSucceededForReplay(ctx context.Context, db DBTX, arg JobCountSucceededForReplayParams) (int64, error) {
+	row := db.QueryRow(ctx, jobCountSucceededForReplay,
 		arg.JobType,
 		arg.OrganizationID,
 		arg.Since,
@@ -98,15 +60,16 @@ const jobGetForBulkReplayClassification = `-- name: JobGetForBulkReplayClassific
 SELECT jq.id,
        jq.status,
        jq.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id) AS workflow_managed
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = $1 AND ws.job_id = jq.id) AS workflow_managed
 FROM job_queue jq
-WHERE jq.id = ANY($1::uuid[])
-  AND jq.organization_id IS NOT DISTINCT FROM $2::uuid
+WHERE jq.organization_id = $1
+  AND jq.id = ANY($2::uuid[])
 `
 
 type JobGetForBulkReplayClassificationParams struct {
+	OrganizationID uuid.UUID
 	Ids            []uuid.UUID
-	OrganizationID *uuid.UUID
 }
 
 type JobGetForBulkReplayClassificationRow struct {
@@ -118,11 +81,11 @@ type JobGetForBulkReplayClassificationRow struct {
 
 // JobGetForBulkReplayClassification reads, without any lock, the sources
 // of a chunk that had no lineage and were not locked (@ids), in the
-// caller's scope (null-safe): a source it returns no row for is NotFound;
+// caller's tenant: a source it returns no row for is NotFound;
 // the others are told apart by status, run and workflow membership. A
 // rejected source thus leaves no row lock behind.
 func (q *Queries) JobGetForBulkReplayClassification(ctx context.Context, db DBTX, arg JobGetForBulkReplayClassificationParams) ([]JobGetForBulkReplayClassificationRow, error) {
-	rows, err := db.Query(ctx, jobGetForBulkReplayClassification, arg.Ids, arg.OrganizationID)
+	rows, err := db.Query(ctx, jobGetForBulkReplayClassification, arg.OrganizationID, arg.Ids)
 	if err != nil {
 		return nil, err
 	}
@@ -146,87 +109,7 @@ func (q *Queries) JobGetForBulkReplayClassification(ctx context.Context, db DBTX
 	return items, nil
 }
 
-const jobListSucceededForReplayGlobal = `-- name: JobListSucceededForReplayGlobal :many
-SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
-       coalesce($1::timestamptz, now())::timestamptz AS selection_until
-FROM job_queue jq
-WHERE jq.job_type = $2
-  AND jq.organization_id IS NULL
-  AND jq.status = 'SUCCEEDED'
-  AND jq.finished_at >= coalesce($3::timestamptz, '-infinity')
-  AND jq.finished_at < coalesce($1::timestamptz, now())
-  AND (jq.finished_at, jq.id) > (coalesce($4::timestamptz, '-infinity'),
-                                 coalesce($5::uuid, '00000000-0000-0000-0000-000000000000'))
-  AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
-      IS DISTINCT FROM $6::text
-ORDER BY jq.organization_id, jq.finished_at, jq.id
-LIMIT $7
-`
-
-type JobListSucceededForReplayGlobalParams struct {
-	Until            *time.Time
-	JobType          string
-	Since            *time.Time
-	AfterFinishedAt  *time.Time
-	AfterID          *uuid.UUID
-	ReplayRequestKey string
-	MaxJobs          int32
-}
-
-type JobListSucceededForReplayGlobalRow struct {
-	ID             uuid.UUID
-	RunNumber      int32
-	FinishedAt     time.Time
-	SelectionUntil time.Time
-}
-
-// JobListSucceededForReplayGlobal selects the next page of a bulk replay
-// by filter in the global scope: jobs of @job_type without an organization
-// that are SUCCEEDED and finished in [@since, @until), in finish order then
-// id, after the cursor (@after_finished_at, @after_id; NULLs for the first
-// page), at most @max_jobs. A NULL @since is open; a NULL @until is now(),
-// the transaction's start, returned as selection_until on every row so
-// that the action pins it and passes it to every later page: jobs that
-// finish while the action runs are never selected. A job that is itself
-// a replay made under @replay_request_key is never selected, so an action
-// does not replay the replays it made. A job without a finish time is
-// never selected. No lock: the chunk locks what it replays. (The order
-// names organization_id, NULL on every row, so that it is the index's
-// order and a page reads only its own rows, unsorted.)
-func (q *Queries) JobListSucceededForReplayGlobal(ctx context.Context, db DBTX, arg JobListSucceededForReplayGlobalParams) ([]JobListSucceededForReplayGlobalRow, error) {
-	rows, err := db.Query(ctx, jobListSucceededForReplayGlobal,
-		arg.Until,
-		arg.JobType,
-		arg.Since,
-		arg.AfterFinishedAt,
-		arg.AfterID,
-		arg.ReplayRequestKey,
-		arg.MaxJobs,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobListSucceededForReplayGlobalRow
-	for rows.Next() {
-		var i JobListSucceededForReplayGlobalRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.RunNumber,
-			&i.FinishedAt,
-			&i.SelectionUntil,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const jobListSucceededForReplayOrg = `-- name: JobListSucceededForReplayOrg :many
+const jobListSucceededForReplay = `-- name: JobListSucceededForReplay :many
 SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
        coalesce($1::timestamptz, now())::timestamptz AS selection_until
 FROM job_queue jq
@@ -237,16 +120,17 @@ WHERE jq.job_type = $2
   AND jq.finished_at < coalesce($1::timestamptz, now())
   AND (jq.finished_at, jq.id) > (coalesce($5::timestamptz, '-infinity'),
                                  coalesce($6::uuid, '00000000-0000-0000-0000-000000000000'))
-  AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+  AND (SELECT jr.replay_request_key FROM job_replays jr
+       WHERE jr.organization_id = $3 AND jr.replay_job_id = jq.id)
       IS DISTINCT FROM $7::text
 ORDER BY jq.finished_at, jq.id
 LIMIT $8
 `
 
-type JobListSucceededForReplayOrgParams struct {
+type JobListSucceededForReplayParams struct {
 	Until            *time.Time
 	JobType          string
-	OrganizationID   *uuid.UUID
+	OrganizationID   uuid.UUID
 	Since            *time.Time
 	AfterFinishedAt  *time.Time
 	AfterID          *uuid.UUID
@@ -254,17 +138,26 @@ type JobListSucceededForReplayOrgParams struct {
 	MaxJobs          int32
 }
 
-type JobListSucceededForReplayOrgRow struct {
+type JobListSucceededForReplayRow struct {
 	ID             uuid.UUID
 	RunNumber      int32
 	FinishedAt     time.Time
 	SelectionUntil time.Time
 }
 
-// JobListSucceededForReplayOrg is JobListSucceededForReplayGlobal for one
-// organization's scope (a separate statement so each matches the index).
-func (q *Queries) JobListSucceededForReplayOrg(ctx context.Context, db DBTX, arg JobListSucceededForReplayOrgParams) ([]JobListSucceededForReplayOrgRow, error) {
-	rows, err := db.Query(ctx, jobListSucceededForReplayOrg,
+// JobListSucceededForReplay selects the next page of a bulk replay by
+// filter in one tenant: jobs of @job_type that are SUCCEEDED and finished
+// in [@since, @until), in finish order then id, after the cursor
+// (@after_finished_at, @after_id; NULLs for the first page), at most
+// @max_jobs. A NULL @since is open; a NULL @until is now(), the
+// transaction's start, returned as selection_until on every row so that
+// the action pins it and passes it to every later page: jobs that finish
+// while the action runs are never selected. A job that is itself a replay
+// made under @replay_request_key is never selected, so an action does not
+// replay the replays it made. A job without a finish time is never
+// selected. No lock: the chunk locks what it replays.
+func (q *Queries) JobListSucceededForReplay(ctx context.Context, db DBTX, arg JobListSucceededForReplayParams) ([]JobListSucceededForReplayRow, error) {
+	rows, err := db.Query(ctx, jobListSucceededForReplay,
 		arg.Until,
 		arg.JobType,
 		arg.OrganizationID,
@@ -278,9 +171,9 @@ func (q *Queries) JobListSucceededForReplayOrg(ctx context.Context, db DBTX, arg
 		return nil, err
 	}
 	defer rows.Close()
-	var items []JobListSucceededForReplayOrgRow
+	var items []JobListSucceededForReplayRow
 	for rows.Next() {
-		var i JobListSucceededForReplayOrgRow
+		var i JobListSucceededForReplayRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.RunNumber,
@@ -307,14 +200,16 @@ checked AS MATERIALIZED (
     SELECT locked.source_job_id, locked.source_run_number, locked.replay_job_id, locked.ord,
            (SELECT jr.replay_job_id
             FROM job_replays jr
-            WHERE jr.source_job_id = locked.source_job_id
+            WHERE jr.organization_id = $4
+              AND jr.source_job_id = locked.source_job_id
               AND jr.source_run_number = locked.source_run_number
-              AND jr.replay_request_key = $4) AS existing_replay_job_id,
+              AND jr.replay_request_key = $5) AS existing_replay_job_id,
            (SELECT jr.reason
             FROM job_replays jr
-            WHERE jr.source_job_id = locked.source_job_id
+            WHERE jr.organization_id = $4
+              AND jr.source_job_id = locked.source_job_id
               AND jr.source_run_number = locked.source_run_number
-              AND jr.replay_request_key = $4) AS existing_reason
+              AND jr.replay_request_key = $5) AS existing_reason
     FROM locked
 ),
 found AS (
@@ -324,15 +219,19 @@ definition AS MATERIALIZED (
     SELECT d.job_type
     FROM job_definitions d
     WHERE d.is_enabled
-      AND d.job_type IN (SELECT s.job_type FROM locked JOIN job_queue s ON s.id = locked.source_job_id)
+      AND d.job_type = ANY($6::text[])
     ORDER BY d.job_type
     FOR SHARE
+),
+clock AS (
+    SELECT now() AS now
 ),
 source AS MATERIALIZED (
     SELECT checked.replay_job_id AS new_id, s.id, s.run_number, s.job_type, s.organization_id, s.payload,
            s.priority, s.max_attempts, s.timeout_seconds, s.execution_resource_key
     FROM checked
-    JOIN job_queue s ON s.id = checked.source_job_id AND s.run_number = checked.source_run_number
+    JOIN job_queue s ON s.organization_id = $4
+                    AND s.id = checked.source_job_id AND s.run_number = checked.source_run_number
     WHERE checked.existing_replay_job_id IS NULL
       AND s.job_type IN (SELECT job_type FROM definition)
 ),
@@ -342,27 +241,27 @@ inserted AS (
         timeout_seconds, next_run_at, stage, execution_resource_key
     )
     SELECT new_id, job_type, organization_id, payload, priority, max_attempts,
-           timeout_seconds, now(), 'queued', execution_resource_key
-    FROM source
+           timeout_seconds, clock.now, 'queued', execution_resource_key
+    FROM source CROSS JOIN clock
     ORDER BY new_id
     RETURNING id, status, run_number, stage
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT source.new_id, 1, 'ENQUEUED', 'queued',
+    INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+    SELECT source.organization_id, source.new_id, 1, 'ENQUEUED', 'queued',
            jsonb_strip_nulls(jsonb_build_object(
                'job_type', source.job_type,
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
-               'replay_request_key', $4::text,
-               'reason', $5::text))
+               'replay_request_key', $5::text,
+               'reason', $7::text))
     FROM source
     ORDER BY source.new_id
     RETURNING id
 ),
 recorded AS (
-    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, $4::text, source.new_id, $5::text
+    INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.organization_id, source.id, source.run_number, $5::text, source.new_id, $7::text
     FROM source
     ORDER BY source.new_id
     RETURNING replay_job_id
@@ -370,7 +269,7 @@ recorded AS (
 notified AS (
     SELECT pg_notify('runledger_job_due', job_type)
     FROM (SELECT DISTINCT job_type FROM source) types
-    WHERE $6::bool
+    WHERE $8::bool
 )
 SELECT checked.source_job_id::uuid AS source_job_id,
        checked.source_run_number::int AS source_run_number,
@@ -391,7 +290,9 @@ type JobReplayBulkInsertParams struct {
 	SourceRunNumbers []int32
 	ReplayJobIds     []uuid.UUID
 	SourceJobIds     []uuid.UUID
+	OrganizationID   uuid.UUID
 	ReplayRequestKey string
+	JobTypes         []string
 	Reason           string
 	Notify           bool
 }
@@ -415,8 +316,9 @@ type JobReplayBulkInsertRow struct {
 // snapshot is taken after the lock waits: it sees the lineage of a replay
 // that held a source before. A source with that lineage gets no replay and
 // its row reports the lineage; every other source whose job type's
-// definition exists and is enabled (read FOR SHARE, in job type order, so
-// a definition change waits) gets what JobReplayInsert writes: a fresh job
+// definition exists and is enabled (@job_types, the locked sources' types,
+// read FOR SHARE in job type order, so a definition change waits) gets
+// what JobReplayInsert writes: a fresh job
 // (type, organization, payload, priority, max_attempts, timeout_seconds
 // and execution_resource_key copied; run 1, PENDING, queued, due now), its
 // one ENQUEUED event with the five-key provenance, and the lineage row. A
@@ -435,7 +337,9 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 		arg.SourceRunNumbers,
 		arg.ReplayJobIds,
 		arg.SourceJobIds,
+		arg.OrganizationID,
 		arg.ReplayRequestKey,
+		arg.JobTypes,
 		arg.Reason,
 		arg.Notify,
 	)
@@ -478,31 +382,30 @@ lineage AS MATERIALIZED (
     SELECT input.source_job_id, input.source_run_number, input.ord,
            (SELECT jr.replay_job_id
             FROM job_replays jr
-            JOIN job_queue source ON source.id = jr.source_job_id
-            WHERE jr.source_job_id = input.source_job_id
+            WHERE jr.organization_id = $3
+              AND jr.source_job_id = input.source_job_id
               AND jr.source_run_number = input.source_run_number
-              AND jr.replay_request_key = $3
-              AND source.organization_id IS NOT DISTINCT FROM $4::uuid) AS replay_job_id,
+              AND jr.replay_request_key = $4) AS replay_job_id,
            (SELECT jr.reason
             FROM job_replays jr
-            JOIN job_queue source ON source.id = jr.source_job_id
-            WHERE jr.source_job_id = input.source_job_id
+            WHERE jr.organization_id = $3
+              AND jr.source_job_id = input.source_job_id
               AND jr.source_run_number = input.source_run_number
-              AND jr.replay_request_key = $3
-              AND source.organization_id IS NOT DISTINCT FROM $4::uuid) AS reason
+              AND jr.replay_request_key = $4) AS reason
     FROM input
 ),
 found AS (
     SELECT ord, replay_job_id, reason FROM lineage WHERE replay_job_id IS NOT NULL
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id
+    SELECT jq.id, jq.job_type
     FROM lineage
-    JOIN job_queue jq ON jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
+    JOIN job_queue jq ON jq.organization_id = $3
+                     AND jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
     WHERE lineage.replay_job_id IS NULL
-      AND jq.organization_id IS NOT DISTINCT FROM $4::uuid
       AND jq.status = 'SUCCEEDED'
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id)
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                      WHERE ws.organization_id = $3 AND ws.job_id = jq.id)
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 )
@@ -510,17 +413,19 @@ SELECT lineage.source_job_id::uuid AS source_job_id,
        lineage.source_run_number::int AS source_run_number,
        found.replay_job_id,
        found.reason,
-       (lineage.source_job_id IN (SELECT id FROM locked))::bool AS locked
+       (locked.id IS NOT NULL)::bool AS locked,
+       locked.job_type
 FROM lineage
 LEFT JOIN found ON found.ord = lineage.ord
+LEFT JOIN locked ON locked.id = lineage.source_job_id
 ORDER BY lineage.ord
 `
 
 type JobReplayBulkLockSourcesParams struct {
 	SourceRunNumbers []int32
 	SourceJobIds     []uuid.UUID
+	OrganizationID   uuid.UUID
 	ReplayRequestKey string
-	OrganizationID   *uuid.UUID
 }
 
 type JobReplayBulkLockSourcesRow struct {
@@ -529,6 +434,7 @@ type JobReplayBulkLockSourcesRow struct {
 	ReplayJobID     *uuid.UUID
 	Reason          *string
 	Locked          bool
+	JobType         *string
 }
 
 // Bulk compare-and-replay: the statements of one chunk of sources, each
@@ -540,11 +446,10 @@ type JobReplayBulkLockSourcesRow struct {
 // source lock for a chunk of sources (@source_job_ids with their expected
 // runs @source_run_numbers, no id twice), in one statement. It returns one
 // row per source, in the order given: the lineage of (source, run,
-// @replay_request_key) in the caller's scope (null-safe on the source's
-// organization), if any, with its reason; and whether the source was
-// locked. Only a source without that lineage is locked, and only while it
-// is eligible: in the scope, SUCCEEDED at the expected run, in no
-// workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
+// @replay_request_key) in the caller's tenant, if any, with its reason;
+// and whether the source was locked, with its job type. Only a source
+// without that lineage is locked, and only while it is eligible: in the
+// tenant, SUCCEEDED at the expected run, in no workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
 // so chunks over overlapping sources (and single replays, which lock one
 // source) wait for each other instead of deadlocking; a waiter re-checks
 // the conditions on the newest row. A caller's transaction that locks
@@ -559,8 +464,8 @@ func (q *Queries) JobReplayBulkLockSources(ctx context.Context, db DBTX, arg Job
 	rows, err := db.Query(ctx, jobReplayBulkLockSources,
 		arg.SourceRunNumbers,
 		arg.SourceJobIds,
-		arg.ReplayRequestKey,
 		arg.OrganizationID,
+		arg.ReplayRequestKey,
 	)
 	if err != nil {
 		return nil, err
@@ -575,6 +480,7 @@ func (q *Queries) JobReplayBulkLockSources(ctx context.Context, db DBTX, arg Job
 			&i.ReplayJobID,
 			&i.Reason,
 			&i.Locked,
+			&i.JobType,
 		); err != nil {
 			return nil, err
 		}

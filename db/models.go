@@ -302,16 +302,17 @@ type JobDefinition struct {
 }
 
 type JobEvent struct {
-	ID            int64
-	JobID         uuid.UUID
-	RunNumber     int32
-	Attempt       *int32
-	EventType     JobEventType
-	Stage         *string
-	ProgressDone  *int64
-	ProgressTotal *int64
-	Payload       json.RawMessage
-	OccurredAt    time.Time
+	ID             int64
+	JobID          uuid.UUID
+	RunNumber      int32
+	Attempt        *int32
+	EventType      JobEventType
+	Stage          *string
+	ProgressDone   *int64
+	ProgressTotal  *int64
+	Payload        json.RawMessage
+	OccurredAt     time.Time
+	OrganizationID uuid.UUID
 }
 
 type JobExecutionResourceClaim struct {
@@ -323,12 +324,13 @@ type JobExecutionResourceClaim struct {
 	LeaseExpiresAt time.Time
 	ReleaseAfter   *time.Time
 	AcquiredAt     time.Time
+	OrganizationID uuid.UUID
 }
 
 type JobQueue struct {
 	ID                   uuid.UUID
 	JobType              string
-	OrganizationID       *uuid.UUID
+	OrganizationID       uuid.UUID
 	Payload              json.RawMessage
 	Status               JobStatus
 	Priority             int32
@@ -365,22 +367,24 @@ type JobReplay struct {
 	ReplayRequestKey string
 	Reason           string
 	CreatedAt        time.Time
+	OrganizationID   uuid.UUID
 }
 
 type WorkflowRun struct {
 	ID             uuid.UUID
 	WorkflowType   string
-	OrganizationID *uuid.UUID
+	OrganizationID uuid.UUID
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }
 
 type WorkflowStep struct {
-	ID            uuid.UUID
-	WorkflowRunID uuid.UUID
-	StepKey       string
-	ExecutionKind WorkflowStepExecutionKind
-	JobID         *uuid.UUID
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	ID             uuid.UUID
+	WorkflowRunID  uuid.UUID
+	StepKey        string
+	ExecutionKind  WorkflowStepExecutionKind
+	JobID          *uuid.UUID
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	OrganizationID uuid.UUID
 }

@@ -80,3 +80,17 @@ func (q *Queries) TransactionShowReadOnly(ctx context.Context, db DBTX) (Transac
 	err := row.Scan()
 	return i, err
 }
+
+const transactionTryRecoveryLock = `-- name: TransactionTryRecoveryLock :one
+SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+`
+
+// TransactionTryRecoveryLock takes the lease recovery's advisory lock
+// @lock_key for the rest of the transaction, without waiting: false when
+// another recovery holds it. (On Citus the lock is the coordinator's.)
+func (q *Queries) TransactionTryRecoveryLock(ctx context.Context, db DBTX, lockKey int64) (bool, error) {
+	row := db.QueryRow(ctx, transactionTryRecoveryLock, lockKey)
+	var acquired bool
+	err := row.Scan(&acquired)
+	return acquired, err
+}

@@ -20,7 +20,7 @@ RETURNING id, workflow_type, organization_id, created_at, updated_at
 type WorkflowRunInsertParams struct {
 	ID             uuid.UUID
 	WorkflowType   string
-	OrganizationID *uuid.UUID
+	OrganizationID uuid.UUID
 }
 
 // WorkflowRunInsert creates a workflow run, the owner of workflow steps.
@@ -38,12 +38,18 @@ func (q *Queries) WorkflowRunInsert(ctx context.Context, db DBTX, arg WorkflowRu
 }
 
 const workflowStepGetForJob = `-- name: WorkflowStepGetForJob :one
-SELECT id, workflow_run_id, step_key, execution_kind, job_id, created_at, updated_at FROM workflow_steps WHERE job_id = $1
+SELECT id, workflow_run_id, step_key, execution_kind, job_id, created_at, updated_at, organization_id FROM workflow_steps WHERE organization_id = $1 AND job_id = $2
 `
 
-// WorkflowStepGetForJob returns the step that owns a job, if any. No lock.
-func (q *Queries) WorkflowStepGetForJob(ctx context.Context, db DBTX, jobID *uuid.UUID) (WorkflowStep, error) {
-	row := db.QueryRow(ctx, workflowStepGetForJob, jobID)
+type WorkflowStepGetForJobParams struct {
+	OrganizationID uuid.UUID
+	JobID          *uuid.UUID
+}
+
+// WorkflowStepGetForJob returns the step of the tenant that owns a job, if
+// any. No lock.
+func (q *Queries) WorkflowStepGetForJob(ctx context.Context, db DBTX, arg WorkflowStepGetForJobParams) (WorkflowStep, error) {
+	row := db.QueryRow(ctx, workflowStepGetForJob, arg.OrganizationID, arg.JobID)
 	var i WorkflowStep
 	err := row.Scan(
 		&i.ID,
@@ -53,22 +59,24 @@ func (q *Queries) WorkflowStepGetForJob(ctx context.Context, db DBTX, jobID *uui
 		&i.JobID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.OrganizationID,
 	)
 	return i, err
 }
 
 const workflowStepInsert = `-- name: WorkflowStepInsert :one
-INSERT INTO workflow_steps (id, workflow_run_id, step_key, execution_kind, job_id)
-VALUES ($1, $2, $3, $4, $5::uuid)
-RETURNING id, workflow_run_id, step_key, execution_kind, job_id, created_at, updated_at
+INSERT INTO workflow_steps (organization_id, id, workflow_run_id, step_key, execution_kind, job_id)
+VALUES ($1::uuid, $2, $3, $4, $5, $6::uuid)
+RETURNING id, workflow_run_id, step_key, execution_kind, job_id, created_at, updated_at, organization_id
 `
 
 type WorkflowStepInsertParams struct {
-	ID            uuid.UUID
-	WorkflowRunID uuid.UUID
-	StepKey       string
-	ExecutionKind WorkflowStepExecutionKind
-	JobID         *uuid.UUID
+	OrganizationID uuid.UUID
+	ID             uuid.UUID
+	WorkflowRunID  uuid.UUID
+	StepKey        string
+	ExecutionKind  WorkflowStepExecutionKind
+	JobID          *uuid.UUID
 }
 
 // WorkflowStepInsert adds a step to a run; with a job_id the step owns that
@@ -76,6 +84,7 @@ type WorkflowStepInsertParams struct {
 // step: uq_workflow_steps_job_id).
 func (q *Queries) WorkflowStepInsert(ctx context.Context, db DBTX, arg WorkflowStepInsertParams) (WorkflowStep, error) {
 	row := db.QueryRow(ctx, workflowStepInsert,
+		arg.OrganizationID,
 		arg.ID,
 		arg.WorkflowRunID,
 		arg.StepKey,
@@ -91,6 +100,7 @@ func (q *Queries) WorkflowStepInsert(ctx context.Context, db DBTX, arg WorkflowS
 		&i.JobID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.OrganizationID,
 	)
 	return i, err
 }

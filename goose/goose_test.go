@@ -290,3 +290,82 @@ func pgCode(err error) (string, string) {
 	}
 	return "", ""
 }
+
+// The tenant-key migration moves a populated database both ways: Up gives
+// the global scope's rows the nil UUID and every child its job's tenant,
+// Down gives them back their NULLs and drops the children's column, and
+// nothing is lost either way.
+func TestTenantKeysMigrationMovesDataBothWays(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	db := open(t, testdb.NewEmpty(t))
+	if _, err := goose.UpTo(c, db, 6); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		org    = "'00000000-0000-4000-8000-0000000000aa'"
+		global = "'00000000-0000-0000-0000-000000000001'"
+		replay = "'00000000-0000-0000-0000-000000000002'"
+		orgJob = "'00000000-0000-0000-0000-000000000003'"
+	)
+	for _, q := range []string{
+		`INSERT INTO job_definitions (job_type) VALUES ('t')`,
+		`INSERT INTO job_queue (id, job_type, max_attempts, status, organization_id, idempotency_key, enqueue_request) VALUES
+		    (` + global + `, 't', 1, 'SUCCEEDED', NULL, 'k', '{}'), (` + replay + `, 't', 1, 'PENDING', NULL, NULL, NULL),
+		    (` + orgJob + `, 't', 1, 'PENDING', ` + org + `, 'k', '{}')`,
+		`INSERT INTO job_events (job_id, run_number, event_type) VALUES (` + global + `, 1, 'ENQUEUED'), (` + orgJob + `, 1, 'ENQUEUED')`,
+		`INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, reason, replay_job_id)
+		    VALUES (` + global + `, 1, 'k', 'r', ` + replay + `)`,
+		`INSERT INTO workflow_runs (id, workflow_type, organization_id) VALUES (` + orgJob + `, 'wf', ` + org + `)`,
+		`INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES (` + orgJob + `, 's', ` + orgJob + `)`,
+	} {
+		mustExec(t, db, q)
+	}
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow(q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	if _, err := goose.UpTo(c, db, 7); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]int{
+		`SELECT count(*) FROM job_queue WHERE organization_id = '00000000-0000-0000-0000-000000000000'`:                   2,
+		`SELECT count(*) FROM job_events e JOIN job_queue q ON q.organization_id = e.organization_id AND q.id = e.job_id`: 2,
+		`SELECT count(*) FROM job_replays WHERE organization_id = '00000000-0000-0000-0000-000000000000'`:                 1,
+		`SELECT count(*) FROM workflow_steps WHERE organization_id = ` + org:                                              1,
+	} {
+		if n := count(q); n != want {
+			t.Fatalf("after Up: %s = %d, want %d", q, n, want)
+		}
+	}
+	// The keys now lead with the tenant: the same key may be used again in
+	// another tenant, and not in the same one.
+	mustExec(t, db, `INSERT INTO job_queue (id, job_type, max_attempts, organization_id, idempotency_key, enqueue_request)
+	    VALUES (gen_random_uuid(), 't', 1, '00000000-0000-4000-8000-0000000000bb', 'k', '{}')`)
+	if _, err := db.Exec(`INSERT INTO job_queue (id, job_type, max_attempts, idempotency_key, enqueue_request)
+	    VALUES (gen_random_uuid(), 't', 1, 'k', '{}')`); err == nil {
+		t.Fatal("a second global job holds key k")
+	}
+	mustExec(t, db, `DELETE FROM job_queue WHERE organization_id = '00000000-0000-4000-8000-0000000000bb'`)
+
+	if _, err := goose.DownTo(c, db, 6); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]int{
+		`SELECT count(*) FROM job_queue WHERE organization_id IS NULL`:  2,
+		`SELECT count(*) FROM job_queue WHERE organization_id = ` + org: 1,
+		`SELECT count(*) FROM job_events`:                               2,
+		`SELECT count(*) FROM job_replays`:                              1,
+		`SELECT count(*) FROM workflow_steps WHERE job_id = ` + orgJob:  1,
+		`SELECT count(*) FROM information_schema.columns WHERE column_name = 'organization_id' AND table_name IN
+		    ('job_events', 'job_replays', 'job_execution_resource_claims', 'workflow_steps')`: 0,
+	} {
+		if n := count(q); n != want {
+			t.Fatalf("after Down: %s = %d, want %d", q, n, want)
+		}
+	}
+}

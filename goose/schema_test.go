@@ -74,6 +74,8 @@ func TestJobReplaysRules(t *testing.T) {
 		{"blank reason", lineage(other, "'k'", "' '", "1"), "23514", "chk_job_replays_reason_not_blank"},
 		{"run zero", lineage(other, "'k'", "'r'", "0"), "23514", "chk_job_replays_source_run_positive"},
 		{"source is its own replay", lineage(source, "'k'", "'r'", "1"), "23514", "chk_job_replays_distinct_jobs"},
+		{"lineage in another tenant than its jobs", `INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, reason, replay_job_id)
+		    VALUES ('00000000-0000-0000-0000-00000000000b', ` + source + `, 1, 'k', 'r', ` + other + `)`, "23503", "fk_job_replays_source_job"},
 		{"missing replay job", lineage("'00000000-0000-0000-0000-0000000000ff'", "'k'", "'r'", "1"), "23503", "fk_job_replays_replay_job"},
 		{"512-byte key", lineage(other, limit, "'r'", "1"), "", ""},
 		{"same source, run and key again", lineage(third, limit, "'r'", "1"), "23505", "uq_job_replays_source_request"},

@@ -29,9 +29,13 @@ type CancelRequest struct {
 	Reason string
 }
 
-// Validate checks the reason (job.cancel_reason_invalid: NUL or invalid
-// UTF-8) without touching the database.
+// Validate checks the scope (job.organization_invalid) and the reason
+// (job.cancel_reason_invalid: NUL or invalid UTF-8) without touching the
+// database.
 func (r CancelRequest) Validate() error {
+	if err := validate.Scope(r.Scope); err != nil {
+		return err
+	}
 	if !validate.Clean(r.Reason) {
 		return invalid(errCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
 	}
@@ -72,7 +76,7 @@ func cancel(ctx context.Context, s *txn.Session, req CancelRequest) (runledger.J
 		r := req.Reason
 		reason = &r
 	}
-	org := req.Scope.OrganizationIDPtr()
+	org := rows.Tenant(req.Scope)
 	for attempt := 1; attempt <= maxCancelAttempts; attempt++ {
 		row, err := txn.One(ctx, s, "cancel job", func(q db.DBTX) (db.JobCancelRow, error) {
 			return queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, ID: req.JobID, OrganizationID: org})

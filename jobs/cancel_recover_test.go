@@ -97,7 +97,6 @@ func TestCancelOutsideScopeIsNotFound(t *testing.T) {
 		{Scope: runledger.Global(), JobID: orgJob.ID},
 		{Scope: runledger.Organization(uuid.New()), JobID: orgJob.ID},
 		{Scope: runledger.Organization(org), JobID: globalJob.ID},
-		{Scope: runledger.Organization(uuid.Nil), JobID: globalJob.ID},
 		{Scope: runledger.Global(), JobID: uuid.New()},
 	}
 	for _, req := range cases {

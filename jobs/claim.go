@@ -9,8 +9,8 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
-	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/wake"
 )

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,6 +188,29 @@ func TestClaimHoldsOneLeasePerExecutionResource(t *testing.T) {
 		t.Fatalf("claim rows after completion = %d, want 0", n)
 	}
 	claimOnly(t, ctx, pool, second.ID)
+}
+
+// An execution resource key is exclusive within a tenant: two tenants'
+// jobs naming the same key run side by side, two of one tenant do not.
+func TestExecutionResourceKeysAreExclusivePerTenant(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	a, b := runledger.Organization(uuid.New()), runledger.Organization(uuid.New())
+	aFirst := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: a, ExecutionResourceKey: "printer-1"})
+	testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: a, ExecutionResourceKey: "printer-1"})
+	bOnly := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: b, ExecutionResourceKey: "printer-1"})
+	global := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
+
+	got := testdb.IDs(testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}))
+	slices.SortFunc(got, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
+	want := []uuid.UUID{aFirst.ID, bOnly.ID, global.ID}
+	slices.SortFunc(want, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want one printer-1 job per tenant %v", got, want)
+	}
+	if n := testdb.Scalar[int](t, pool, `SELECT count(DISTINCT organization_id) FROM job_execution_resource_claims WHERE resource_key = 'printer-1'`); n != 3 {
+		t.Fatalf("printer-1 held in %d tenants, want 3", n)
+	}
 }
 
 func TestConcurrentClaimsNeverLeaseAJobTwice(t *testing.T) {

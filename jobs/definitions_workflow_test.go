@@ -72,7 +72,7 @@ func TestEnqueueWorkflowStepOwnsTheJob(t *testing.T) {
 	if res.Job.Status != runledger.JobStatusPending || res.Job.Scope() != scope {
 		t.Fatalf("step job = %s in %s", res.Job.Status, res.Job.Scope())
 	}
-	step, err := jobs.WorkflowStepFor(ctx, pool, res.Job.ID)
+	step, err := jobs.WorkflowStepFor(ctx, pool, runledger.ScopeOf(res.Job.OrganizationID), res.Job.ID)
 	if err != nil || step == nil || *step != res.WorkflowStepID {
 		t.Fatalf("WorkflowStepFor = %v, %v; want %s", step, err, res.WorkflowStepID)
 	}
@@ -83,7 +83,7 @@ func TestEnqueueWorkflowStepOwnsTheJob(t *testing.T) {
 		t.Fatal("workflow run and step rows not as expected")
 	}
 	direct := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
-	if step, err := jobs.WorkflowStepFor(ctx, pool, direct.ID); err != nil || step != nil {
+	if step, err := jobs.WorkflowStepFor(ctx, pool, runledger.ScopeOf(direct.OrganizationID), direct.ID); err != nil || step != nil {
 		t.Fatalf("WorkflowStepFor(direct job) = %v, %v; want nil", step, err)
 	}
 

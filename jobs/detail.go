@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -41,9 +42,13 @@ type DetailRequest struct {
 	ReplaysAfter *uuid.UUID
 }
 
-// Validate checks the limits (job.event_limit_invalid,
-// job.list_limit_invalid) without touching the database.
+// Validate checks the scope (job.organization_invalid) and the limits
+// (job.event_limit_invalid, job.list_limit_invalid) without touching the
+// database.
 func (r DetailRequest) Validate() error {
+	if err := validate.Scope(r.Scope); err != nil {
+		return err
+	}
 	if r.EventLimit != 0 {
 		if err := validateLimit(r.EventLimit, errEventLimitInvalid, "event limit"); err != nil {
 			return err
@@ -118,7 +123,7 @@ func eventPage(ctx context.Context, q Querier, req DetailRequest) ([]runledger.J
 	}
 	q = txn.Wrap(q)
 	rs, err := queries.JobEventListNewestForJob(ctx, q, db.JobEventListNewestForJobParams{
-		JobID: req.JobID, OrganizationID: req.Scope.OrganizationIDPtr(), BeforeEventID: req.EventsBefore, MaxEvents: int32(limit + 1),
+		JobID: req.JobID, OrganizationID: rows.Tenant(req.Scope), BeforeEventID: req.EventsBefore, MaxEvents: int32(limit + 1),
 	})
 	if err != nil {
 		return nil, false, dberr.Translate(ctx, "list job events", err)

@@ -61,7 +61,7 @@ func TestGetDetailPagesEventsAndReplays(t *testing.T) {
 	source := testdb.Completed(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})
 	// 3 events from its life, 7 more written by hand: 10.
 	for i := 0; i < 7; i++ {
-		testdb.Exec(t, pool, `INSERT INTO job_events (job_id, run_number, event_type, payload) VALUES ($1, 1, 'PROGRESS', jsonb_build_object('i', $2::int))`, source.ID, i)
+		testdb.Exec(t, pool, `INSERT INTO job_events (organization_id, job_id, run_number, event_type, payload) VALUES ($3, $1, 1, 'PROGRESS', jsonb_build_object('i', $2::int))`, source.ID, i, testdb.Tenant(scope))
 	}
 	for i := 0; i < 5; i++ {
 		testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{Scope: scope, SourceJobID: source.ID,

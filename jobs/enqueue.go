@@ -52,9 +52,11 @@ type EnqueueRequest struct {
 	// (runledger.DispositionExisting, in its current state) and writes
 	// nothing, so an enqueue whose outcome is unknown
 	// (runledger.ErrCommitUnconfirmed) can be retried safely, keyed or
-	// not. Another request naming an id that a job holds (in any scope)
-	// is runledger.CodeIdempotencyConflict, which says nothing of that
-	// job. Choose ids that cannot collide (uuid.NewV7).
+	// not. Another request naming an id that a job holds is
+	// runledger.CodeIdempotencyConflict, which says nothing of that job:
+	// on PostgreSQL an id held in any scope, on Citus one held in the
+	// request's tenant (ids are unique per tenant there). Choose ids that
+	// cannot collide (uuid.NewV7).
 	JobID uuid.UUID
 	// MaxPayloadBytes caps len(Payload) for this call; zero (or negative)
 	// means DefaultMaxJSONBytes. It is a guard, not stored, and not part of
@@ -63,7 +65,7 @@ type EnqueueRequest struct {
 }
 
 // Validate checks the request without touching the database, returning the
-// first failure: job type (job.job_type_blank, job.job_type_invalid,
+// first failure: scope (job.organization_invalid), job type (job.job_type_blank, job.job_type_invalid,
 // job.job_type_too_long: over MaxJobTypeBytes), payload
 // (job.payload_too_large: over MaxPayloadBytes; job.payload_invalid: not
 // JSON, or JSON jsonb cannot store),
@@ -75,6 +77,9 @@ type EnqueueRequest struct {
 // (job.invalid_execution_resource_key: the same rules as the idempotency
 // key).
 func (r EnqueueRequest) Validate() error {
+	if err := validate.Scope(r.Scope); err != nil {
+		return err
+	}
 	if err := validateJobType(r.JobType); err != nil {
 		return err
 	}
@@ -250,7 +255,7 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 	p := db.JobEnqueueParams{
 		JobType:              req.JobType,
 		ID:                   id,
-		OrganizationID:       req.Scope.OrganizationIDPtr(),
+		OrganizationID:       rows.Tenant(req.Scope),
 		Payload:              payload,
 		Priority:             req.Priority,
 		MaxAttempts:          req.MaxAttempts,
@@ -262,7 +267,7 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 	if req.idempotent() {
 		snap := requestSnapshot{
 			JobType:              req.JobType,
-			OrganizationID:       p.OrganizationID,
+			OrganizationID:       req.Scope.OrganizationIDPtr(), // null for Global, as snapshots always stored it
 			Payload:              payload,
 			Priority:             req.Priority,
 			MaxAttempts:          req.MaxAttempts,
@@ -362,14 +367,14 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 	var byKey, byID *txn.Step[keyRow]
 	if req.keyed() {
 		byKey = txn.Queue(b, "lock job by idempotency key", func(q db.DBTX) (keyRow, error) {
-			if p.OrganizationID == nil {
+			if req.Scope.IsGlobal() {
 				r, err := queries.JobLockByIdempotencyKeyGlobal(ctx, q, db.JobLockByIdempotencyKeyGlobalParams{
 					EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
 				})
 				return keyRow{r.JobQueue, r.SameRequest}, err
 			}
 			r, err := queries.JobLockByIdempotencyKeyOrg(ctx, q, db.JobLockByIdempotencyKeyOrgParams{
-				EnqueueRequest: p.EnqueueRequest, JobType: p.JobType, OrganizationID: p.OrganizationID,
+				EnqueueRequest: p.EnqueueRequest, OrganizationID: p.OrganizationID, JobType: p.JobType,
 				IdempotencyKey: p.IdempotencyKey, InsertedID: p.ID,
 			})
 			return keyRow{r.JobQueue, r.SameRequest}, err
@@ -377,7 +382,9 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 	}
 	if req.JobID != uuid.Nil {
 		byID = txn.Queue(b, "lock job by chosen id", func(q db.DBTX) (keyRow, error) {
-			r, err := queries.JobLockForEnqueueByID(ctx, q, db.JobLockForEnqueueByIDParams{EnqueueRequest: p.EnqueueRequest, ID: p.ID})
+			r, err := queries.JobLockForEnqueueByID(ctx, q, db.JobLockForEnqueueByIDParams{
+				EnqueueRequest: p.EnqueueRequest, OrganizationID: p.OrganizationID, ID: p.ID,
+			})
 			return keyRow{r.JobQueue, r.SameRequest}, err
 		})
 	}
@@ -417,6 +424,16 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 					existing.ID, req.JobType, req.Scope, req.IdempotencyKey))
 		}
 		return EnqueueResult{Job: existing, Disposition: runledger.DispositionExisting}, nil
+	}
+	if req.JobID != uuid.Nil {
+		// The chosen id may be another tenant's (on PostgreSQL an id is
+		// unique across tenants): a conflict that names nothing of it.
+		if _, err := queries.JobGetTenant(ctx, s.DB(), p.ID); err == nil {
+			return EnqueueResult{}, errs.IdempotencyConflict.Newf(
+				"job id %s is held by a job enqueued with a different request", p.ID)
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return EnqueueResult{}, dberr.Translate(ctx, "read the tenant of a chosen job id", err)
+		}
 	}
 	return EnqueueResult{}, explainEmptyInsert(ctx, s.DB(), req)
 }

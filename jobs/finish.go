@@ -49,7 +49,7 @@ type CompleteRequest struct {
 // or JSON jsonb cannot store) and progress (job.progress_invalid:
 // negative, or done above total when both are given).
 func (r CompleteRequest) Validate() error {
-	if err := validateWorkerID(r.WorkerID); err != nil {
+	if err := validateLeaseScope(r.Scope, r.WorkerID); err != nil {
 		return err
 	}
 	if r.Output != nil {
@@ -131,18 +131,22 @@ func completeOne(ctx context.Context, s *txn.Session, req CompleteRequest) (runl
 }
 
 func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) ([]Result[runledger.Job], error) {
-	var a leaseArrays
-	p := db.JobCompleteManyParams{}
-	leases := make([]heldLease, len(reqs))
-	for i, r := range reqs {
-		leases[i] = r.lease()
-		a.add(leases[i])
-		p.Outputs = append(p.Outputs, r.Output)
-		p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
-		p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
+	leases := leasesOf(reqs, CompleteRequest.lease)
+	groups, err := groupByTenant(ctx, s, leases)
+	if err != nil {
+		return nil, err
 	}
-	p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds, p.Scoped, p.OrganizationIds = a.ids, a.runs, a.attempts, a.workerIDs, a.scoped, a.orgs
-	rs, err := txn.One(ctx, s, "complete jobs", func(q db.DBTX) ([]db.JobCompleteManyRow, error) {
+	rs, err := writeGroups(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+		var a leaseArrays
+		p := db.JobCompleteManyParams{OrganizationID: g.tenant}
+		for _, i := range g.at {
+			r := reqs[i]
+			a.add(leases[i])
+			p.Outputs = append(p.Outputs, r.Output)
+			p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
+			p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
+		}
+		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return queries.JobCompleteMany(ctx, q, p)
 	})
 	if err != nil {
@@ -196,7 +200,7 @@ type FailRequest struct {
 // (job.failure_invalid: NUL or invalid UTF-8) and retry delay
 // (job.retry_delay_invalid: negative).
 func (r FailRequest) Validate() error {
-	if err := validateWorkerID(r.WorkerID); err != nil {
+	if err := validateLeaseScope(r.Scope, r.WorkerID); err != nil {
 		return err
 	}
 	if !validate.Clean(r.ErrorCode) || !validate.Clean(r.ErrorMessage) {
@@ -298,25 +302,29 @@ func failOne(ctx context.Context, s *txn.Session, req FailRequest) (runledger.Jo
 }
 
 func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result[runledger.Job], error) {
-	var a leaseArrays
-	p := db.JobFailManyParams{}
-	leases := make([]heldLease, len(reqs))
-	for i, r := range reqs {
-		leases[i] = r.lease()
-		a.add(leases[i])
-		kind, terminal := r.kind()
-		delay := Backoff(r.Attempt)
-		if r.RetryDelay != nil {
-			delay = *r.RetryDelay
-		}
-		p.Terminal = append(p.Terminal, terminal)
-		p.FailureKinds = append(p.FailureKinds, string(kind))
-		p.RetryDelaySeconds = append(p.RetryDelaySeconds, delay.Seconds())
-		p.ErrorCodes = append(p.ErrorCodes, r.ErrorCode)
-		p.ErrorMessages = append(p.ErrorMessages, r.ErrorMessage)
+	leases := leasesOf(reqs, FailRequest.lease)
+	groups, err := groupByTenant(ctx, s, leases)
+	if err != nil {
+		return nil, err
 	}
-	p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds, p.Scoped, p.OrganizationIds = a.ids, a.runs, a.attempts, a.workerIDs, a.scoped, a.orgs
-	rs, err := txn.One(ctx, s, "fail jobs", func(q db.DBTX) ([]db.JobFailManyRow, error) {
+	rs, err := writeGroups(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+		var a leaseArrays
+		p := db.JobFailManyParams{OrganizationID: g.tenant}
+		for _, i := range g.at {
+			r := reqs[i]
+			a.add(leases[i])
+			kind, terminal := r.kind()
+			delay := Backoff(r.Attempt)
+			if r.RetryDelay != nil {
+				delay = *r.RetryDelay
+			}
+			p.Terminal = append(p.Terminal, terminal)
+			p.FailureKinds = append(p.FailureKinds, string(kind))
+			p.RetryDelaySeconds = append(p.RetryDelaySeconds, delay.Seconds())
+			p.ErrorCodes = append(p.ErrorCodes, r.ErrorCode)
+			p.ErrorMessages = append(p.ErrorMessages, r.ErrorMessage)
+		}
+		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return queries.JobFailMany(ctx, q, p)
 	})
 	if err != nil {

@@ -56,7 +56,7 @@ type HeartbeatRequest struct {
 // progress (job.progress_invalid) and checkpoint (job.checkpoint_too_large,
 // job.checkpoint_invalid).
 func (r HeartbeatRequest) Validate() error {
-	if err := validateWorkerID(r.WorkerID); err != nil {
+	if err := validateLeaseScope(r.Scope, r.WorkerID); err != nil {
 		return err
 	}
 	if err := validateLease(r.Lease); err != nil {
@@ -147,19 +147,23 @@ func heartbeatOne(ctx context.Context, s *txn.Session, req HeartbeatRequest) (He
 }
 
 func heartbeatMany(ctx context.Context, s *txn.Session, reqs []HeartbeatRequest) ([]Result[HeartbeatResult], error) {
-	var a leaseArrays
-	p := db.JobHeartbeatManyParams{}
-	leases := make([]heldLease, len(reqs))
-	for i, r := range reqs {
-		leases[i] = r.lease()
-		a.add(leases[i])
-		p.LeaseSeconds = append(p.LeaseSeconds, r.Lease.Seconds())
-		p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
-		p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
-		p.Checkpoints = append(p.Checkpoints, r.Checkpoint)
+	leases := leasesOf(reqs, HeartbeatRequest.lease)
+	groups, err := groupByTenant(ctx, s, leases)
+	if err != nil {
+		return nil, err
 	}
-	p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds, p.Scoped, p.OrganizationIds = a.ids, a.runs, a.attempts, a.workerIDs, a.scoped, a.orgs
-	rs, err := txn.One(ctx, s, "renew job leases", func(q db.DBTX) ([]db.JobHeartbeatManyRow, error) {
+	rs, err := writeGroups(ctx, s, "renew job leases", groups, func(q db.DBTX, g tenantGroup) ([]db.JobHeartbeatManyRow, error) {
+		var a leaseArrays
+		p := db.JobHeartbeatManyParams{OrganizationID: g.tenant}
+		for _, i := range g.at {
+			r := reqs[i]
+			a.add(leases[i])
+			p.LeaseSeconds = append(p.LeaseSeconds, r.Lease.Seconds())
+			p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
+			p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
+			p.Checkpoints = append(p.Checkpoints, r.Checkpoint)
+		}
+		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return queries.JobHeartbeatMany(ctx, q, p)
 	})
 	if err != nil {
@@ -186,8 +190,9 @@ type ReleaseRequest struct {
 	WorkerID  string
 }
 
-// Validate checks the worker id without touching the database.
-func (r ReleaseRequest) Validate() error { return validateWorkerID(r.WorkerID) }
+// Validate checks the scope (job.organization_invalid) and the worker id
+// without touching the database.
+func (r ReleaseRequest) Validate() error { return validateLeaseScope(r.Scope, r.WorkerID) }
 
 func (r ReleaseRequest) lease() heldLease { return heldLease(r) }
 
@@ -210,15 +215,19 @@ func ReleaseTx(ctx context.Context, tx pgx.Tx, reqs []ReleaseRequest) ([]Result[
 }
 
 func release(ctx context.Context, s *txn.Session, reqs []ReleaseRequest) ([]Result[runledger.Job], error) {
-	var a leaseArrays
-	leases := make([]heldLease, len(reqs))
-	for i, r := range reqs {
-		leases[i] = r.lease()
-		a.add(leases[i])
+	leases := leasesOf(reqs, ReleaseRequest.lease)
+	groups, err := groupByTenant(ctx, s, leases)
+	if err != nil {
+		return nil, err
 	}
-	p := db.JobReleaseManyParams{Ids: a.ids, RunNumbers: a.runs, Attempts: a.attempts, WorkerIds: a.workerIDs, Scoped: a.scoped, OrganizationIds: a.orgs}
-	rs, err := txn.One(ctx, s, "release jobs", func(q db.DBTX) ([]db.JobReleaseManyRow, error) {
-		return queries.JobReleaseMany(ctx, q, p)
+	rs, err := writeGroups(ctx, s, "release jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobReleaseManyRow, error) {
+		var a leaseArrays
+		for _, i := range g.at {
+			a.add(leases[i])
+		}
+		return queries.JobReleaseMany(ctx, q, db.JobReleaseManyParams{
+			OrganizationID: g.tenant, Ids: a.ids, RunNumbers: a.runs, Attempts: a.attempts, WorkerIds: a.workerIDs,
+		})
 	})
 	if err != nil {
 		return nil, err

@@ -13,7 +13,9 @@ import (
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // The worker's writes (Complete, Fail, Heartbeat, Release and their batch
@@ -48,14 +50,12 @@ var errBatchInvalid = errs.Validation("job.batch_invalid",
 	"Batch must hold 1 to 1000 entries, each job once.")
 
 // leaseArrays are the lease columns of a batch statement's input, one
-// element per entry.
+// element per entry of one tenant.
 type leaseArrays struct {
 	ids       []uuid.UUID
 	runs      []int32
 	attempts  []int32
 	workerIDs []string
-	scoped    []bool
-	orgs      []string
 }
 
 func (a *leaseArrays) add(l heldLease) {
@@ -63,22 +63,113 @@ func (a *leaseArrays) add(l heldLease) {
 	a.runs = append(a.runs, l.RunNumber)
 	a.attempts = append(a.attempts, l.Attempt)
 	a.workerIDs = append(a.workerIDs, l.WorkerID)
-	scoped, org := scopeParams(l.Scope)
-	a.scoped = append(a.scoped, scoped)
-	if org == nil {
-		a.orgs = append(a.orgs, "")
-	} else {
-		a.orgs = append(a.orgs, org.String())
-	}
 }
 
-// scopeParams returns the scoped flag and organization id of a lease's
-// optional scope.
-func scopeParams(scope *runledger.Scope) (bool, *uuid.UUID) {
-	if scope == nil {
-		return false, nil
+// tenantGroup is the entries of a batch (their indexes, in order) whose
+// jobs belong to one tenant: each batch statement names one tenant, so
+// that on Citus it runs on that tenant's shard.
+type tenantGroup struct {
+	tenant uuid.UUID
+	at     []int
+}
+
+// groupByTenant sorts a batch's leases by tenant, in order of first
+// appearance. A scoped lease's tenant is its scope's. The unscoped ones'
+// are read, in one statement for all of them (JobGetTenants; on Citus it
+// asks every shard): the one round trip an unscoped write costs beyond a
+// scoped one. An unscoped lease on an id no job has is in no group, so it
+// gets a lease mismatch.
+func groupByTenant(ctx context.Context, s *txn.Session, leases []heldLease) ([]tenantGroup, error) {
+	var unscoped []uuid.UUID
+	for _, l := range leases {
+		if l.Scope == nil {
+			unscoped = append(unscoped, l.JobID)
+		}
 	}
-	return true, scope.OrganizationIDPtr()
+	tenantsOf := map[uuid.UUID][]uuid.UUID{}
+	if len(unscoped) > 0 {
+		found, err := queries.JobGetTenants(ctx, s.DB(), unscoped)
+		if err != nil {
+			return nil, dberr.Translate(ctx, "read the tenants of unscoped jobs", err)
+		}
+		for _, r := range found {
+			// On Citus an id is unique only within a tenant: a chosen id
+			// reused across tenants is tried in each (the lease matches
+			// one at most).
+			tenantsOf[r.ID] = append(tenantsOf[r.ID], r.OrganizationID)
+		}
+	}
+	var groups []tenantGroup
+	index := map[uuid.UUID]int{}
+	put := func(tenant uuid.UUID, i int) {
+		g, ok := index[tenant]
+		if !ok {
+			g = len(groups)
+			index[tenant] = g
+			groups = append(groups, tenantGroup{tenant: tenant})
+		}
+		groups[g].at = append(groups[g].at, i)
+	}
+	for i, l := range leases {
+		if l.Scope != nil {
+			put(rows.Tenant(*l.Scope), i)
+			continue
+		}
+		for _, t := range tenantsOf[l.JobID] {
+			put(t, i)
+		}
+	}
+	return groups, nil
+}
+
+// writeGroups runs a batch write's statement once per tenant group and
+// returns all their rows: nothing to send for no group, one statement
+// (autocommit in an owned session) for one, and for several one round
+// trip that an owned session wraps in a READ COMMITTED transaction, so
+// that the batch is written whole or not at all.
+func writeGroups[Row any](ctx context.Context, s *txn.Session, what string, groups []tenantGroup,
+	run func(q db.DBTX, g tenantGroup) ([]Row, error)) ([]Row, error) {
+	switch len(groups) {
+	case 0:
+		return nil, nil
+	case 1:
+		return txn.One(ctx, s, what, func(q db.DBTX) ([]Row, error) { return run(q, groups[0]) })
+	}
+	b := s.Batch(ctx)
+	steps := make([]*txn.Step[[]Row], len(groups))
+	for i, g := range groups {
+		steps[i] = txn.Queue(b, what, func(q db.DBTX) ([]Row, error) { return run(q, g) })
+	}
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	var all []Row
+	for _, st := range steps {
+		all = append(all, st.Val...)
+	}
+	return all, nil
+}
+
+// leasesOf returns the lease of each request of a batch.
+func leasesOf[R any](reqs []R, lease func(R) heldLease) []heldLease {
+	out := make([]heldLease, len(reqs))
+	for i, r := range reqs {
+		out[i] = lease(r)
+	}
+	return out
+}
+
+// validateLeaseScope checks what every worker write names first: its
+// optional scope (job.organization_invalid for Organization(uuid.Nil)) and
+// its worker id.
+func validateLeaseScope(scope *runledger.Scope, workerID string) error {
+	if scope != nil {
+		if err := validate.Scope(*scope); err != nil {
+			return err
+		}
+	}
+	return validateWorkerID(workerID)
 }
 
 // validateBatch validates every request of a batch (the first failure wins,
@@ -185,18 +276,18 @@ func one[T any](ctx context.Context, s *txn.Session, op string, lease heldLease,
 func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease) error {
 	request := fmt.Sprintf("request holds run %d attempt %d worker %q", want.RunNumber, want.Attempt, want.WorkerID)
 	if want.Scope == nil {
-		exists, err := queries.JobExistsAnyScope(ctx, q, want.JobID)
+		_, err := queries.JobGetTenant(ctx, q, want.JobID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errs.JobNotFound.Newf("%s job: job %s does not exist", op, want.JobID)
+		}
 		if err != nil {
 			return dberr.Translate(ctx, "read job after lease mismatch", err)
-		}
-		if !exists {
-			return errs.JobNotFound.Newf("%s job: job %s does not exist", op, want.JobID)
 		}
 		return errs.LeaseMismatch.Newf(
 			"%s job %s: the job exists but that lease is not held (%s; the job's state is shown only to a scoped request)",
 			op, want.JobID, request)
 	}
-	actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: want.JobID, OrganizationID: want.Scope.OrganizationIDPtr()})
+	actual, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: want.JobID, OrganizationID: rows.Tenant(*want.Scope)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errs.JobNotFound.Newf("%s job: job %s not found in scope %s", op, want.JobID, *want.Scope)
 	}

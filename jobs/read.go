@@ -13,13 +13,17 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // Get reads one job in the caller's exact scope. A job that does not exist,
 // or exists in another scope, is runledger.CodeJobNotFound. No lock.
 func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (runledger.Job, error) {
+	if err := validate.Scope(scope); err != nil {
+		return runledger.Job{}, err
+	}
 	q = txn.Wrap(q)
-	row, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	row, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: rows.Tenant(scope)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runledger.Job{}, rows.JobNotFound(id, scope)
 	}
@@ -35,8 +39,11 @@ func Get(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) (r
 // written by hand) gives an empty, non-nil slice. When the history is empty
 // a second read checks the job. No lock.
 func Events(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID) ([]runledger.JobEvent, error) {
+	if err := validate.Scope(scope); err != nil {
+		return nil, err
+	}
 	q = txn.Wrap(q)
-	rs, err := queries.JobEventListForJob(ctx, q, db.JobEventListForJobParams{JobID: id, OrganizationID: scope.OrganizationIDPtr()})
+	rs, err := queries.JobEventListForJob(ctx, q, db.JobEventListForJobParams{JobID: id, OrganizationID: rows.Tenant(scope)})
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list job events", err)
 	}
@@ -60,11 +67,14 @@ func scopedEvents[R any](ctx context.Context, q Querier, scope runledger.Scope, 
 // behave as in Events. No lock.
 func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, limit int) ([]runledger.JobEvent, error) {
 	q = txn.Wrap(q)
+	if err := validate.Scope(scope); err != nil {
+		return nil, err
+	}
 	if err := validateLimit(limit, errEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
 	rs, err := queries.JobEventListNewestForJob(ctx, q, db.JobEventListNewestForJobParams{
-		JobID: id, OrganizationID: scope.OrganizationIDPtr(), MaxEvents: int32(limit),
+		JobID: id, OrganizationID: rows.Tenant(scope), MaxEvents: int32(limit),
 	})
 	if err != nil {
 		return nil, dberr.Translate(ctx, "list newest job events", err)
@@ -126,10 +136,13 @@ type ListRequest struct {
 	Before *Cursor
 }
 
-// Validate checks the request without touching the database: limit
-// (job.list_limit_invalid), status a job_status value and no cursor with a
-// status (job.list_filter_invalid).
+// Validate checks the request without touching the database: scope
+// (job.organization_invalid), limit (job.list_limit_invalid), status a
+// job_status value and no cursor with a status (job.list_filter_invalid).
 func (r ListRequest) Validate() error {
+	if err := validate.Scope(r.Scope); err != nil {
+		return err
+	}
 	if err := validateLimit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
 		return err
 	}
@@ -158,23 +171,17 @@ func List(ctx context.Context, q Querier, req ListRequest) (Page, error) {
 	if err := req.Validate(); err != nil {
 		return Page{}, err
 	}
-	org := req.Scope.OrganizationIDPtr()
+	org := rows.Tenant(req.Scope)
 	limit := int32(req.Limit)
 	var (
 		rs  []db.JobQueue
 		err error
 	)
-	switch {
-	case req.Status != nil && org == nil:
-		rs, err = queries.JobListByStatusGlobal(ctx, q, db.JobListByStatusGlobalParams{Status: db.JobStatus(*req.Status), MaxJobs: limit})
-	case req.Status != nil:
-		rs, err = queries.JobListByStatusOrg(ctx, q, db.JobListByStatusOrgParams{OrganizationID: org, Status: db.JobStatus(*req.Status), MaxJobs: limit})
-	case org == nil:
+	if req.Status != nil {
+		rs, err = queries.JobListByStatus(ctx, q, db.JobListByStatusParams{OrganizationID: org, Status: db.JobStatus(*req.Status), MaxJobs: limit})
+	} else {
 		at, id := cursorArgs(req.Before)
-		rs, err = queries.JobListPageGlobal(ctx, q, db.JobListPageGlobalParams{BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
-	default:
-		at, id := cursorArgs(req.Before)
-		rs, err = queries.JobListPageOrg(ctx, q, db.JobListPageOrgParams{OrganizationID: org, BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
+		rs, err = queries.JobListPage(ctx, q, db.JobListPageParams{OrganizationID: org, BeforeCreatedAt: at, BeforeID: id, MaxJobs: limit})
 	}
 	if err != nil {
 		return Page{}, dberr.Translate(ctx, "list jobs", err)

@@ -32,7 +32,6 @@ func TestGetIsScoped(t *testing.T) {
 		{runledger.Global(), orgJob.ID},
 		{runledger.Organization(uuid.New()), orgJob.ID},
 		{runledger.Organization(org), globalJob.ID},
-		{runledger.Organization(uuid.Nil), globalJob.ID},
 		{runledger.Global(), uuid.New()},
 	} {
 		_, err := jobs.Get(ctx, pool, c.scope, c.id)

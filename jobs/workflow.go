@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 )
@@ -95,14 +96,14 @@ func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepReques
 		return WorkflowStepJob{}, errs.Invariant("generate workflow step id: " + err.Error())
 	}
 	run, err := queries.WorkflowRunInsert(ctx, tx, db.WorkflowRunInsertParams{
-		ID: runID, WorkflowType: req.WorkflowType, OrganizationID: req.Job.Scope.OrganizationIDPtr(),
+		ID: runID, WorkflowType: req.WorkflowType, OrganizationID: rows.Tenant(req.Job.Scope),
 	})
 	if err != nil {
 		return WorkflowStepJob{}, dberr.Translate(ctx, "insert workflow run", err)
 	}
 	jobID := enq.Job.ID
 	step, err := queries.WorkflowStepInsert(ctx, tx, db.WorkflowStepInsertParams{
-		ID: stepID, WorkflowRunID: run.ID, StepKey: req.StepKey,
+		OrganizationID: rows.Tenant(req.Job.Scope), ID: stepID, WorkflowRunID: run.ID, StepKey: req.StepKey,
 		ExecutionKind: db.WorkflowStepExecutionKindJOB, JobID: &jobID,
 	})
 	if err != nil {
@@ -111,12 +112,15 @@ func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepReques
 	return WorkflowStepJob{WorkflowRunID: run.ID, WorkflowStepID: step.ID, Job: enq.Job}, nil
 }
 
-// WorkflowStepFor returns the id of the workflow step that owns a job, or
-// nil when no step owns it (a direct job, or no such job). It is not
-// scoped: authorize the job first (Get). No lock.
-func WorkflowStepFor(ctx context.Context, q Querier, jobID uuid.UUID) (*uuid.UUID, error) {
+// WorkflowStepFor returns the id of the workflow step that owns a job in
+// the caller's scope, or nil when no step owns it (a direct job, or no
+// such job in the scope). No lock.
+func WorkflowStepFor(ctx context.Context, q Querier, scope runledger.Scope, jobID uuid.UUID) (*uuid.UUID, error) {
+	if err := validate.Scope(scope); err != nil {
+		return nil, err
+	}
 	q = txn.Wrap(q)
-	step, err := queries.WorkflowStepGetForJob(ctx, q, &jobID)
+	step, err := queries.WorkflowStepGetForJob(ctx, q, db.WorkflowStepGetForJobParams{OrganizationID: rows.Tenant(scope), JobID: &jobID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -1,8 +1,15 @@
+-- Every statement that addresses a job names its tenant: organization_id
+-- is NOT NULL, the global scope stored as the nil UUID (the library maps
+-- it at the edge), and @organization_id is always given. On Citus a
+-- statement that names one tenant runs on the one shard holding it; the
+-- statements over every tenant (the cross-tenant claim and recovery, the
+-- operator listings) say so.
+
 -- JobEnqueue inserts a job and its ENQUEUED event in one statement. The
 -- job type's definition must be enabled; it is read FOR SHARE, so a
 -- definition change waits. NULL settings take the definition's defaults; a
 -- NULL next_run_at means now() (stage queued; a future time: scheduled).
--- A keyed job (idempotency_key and enqueue_request set) whose type, scope
+-- A keyed job (idempotency_key and enqueue_request set) whose type, tenant
 -- and key are taken, or a job whose id is taken (a caller-chosen id, with
 -- enqueue_request set), inserts nothing (ON CONFLICT DO NOTHING, after
 -- waiting for an uncommitted competitor); an idempotent insert (one with
@@ -14,7 +21,10 @@
 -- workers hear when the transaction commits (and not at all if it rolls
 -- back).
 -- name: JobEnqueue :one
-WITH definition AS (
+WITH clock AS (
+    SELECT now() AS now
+),
+definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = @job_type AND job_definitions.is_enabled
@@ -29,23 +39,23 @@ inserted AS (
     )
     SELECT @id,
            d.job_type,
-           sqlc.narg(organization_id)::uuid,
+           @organization_id::uuid,
            @payload::jsonb,
            COALESCE(sqlc.narg(priority)::int, d.default_priority),
            COALESCE(sqlc.narg(max_attempts)::int, d.max_attempts),
            COALESCE(sqlc.narg(timeout_seconds)::int, d.default_timeout_seconds),
-           COALESCE(sqlc.narg(next_run_at)::timestamptz, now()),
-           CASE WHEN sqlc.narg(next_run_at)::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+           COALESCE(sqlc.narg(next_run_at)::timestamptz, clock.now),
+           CASE WHEN sqlc.narg(next_run_at)::timestamptz > clock.now THEN 'scheduled' ELSE 'queued' END,
            sqlc.narg(idempotency_key)::text,
            sqlc.narg(enqueue_request)::jsonb,
            sqlc.narg(execution_resource_key)::text
-    FROM definition d
+    FROM definition d CROSS JOIN clock
     ON CONFLICT DO NOTHING
     RETURNING *
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
+    INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+    SELECT organization_id, id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
 ),
 notified AS (
@@ -57,42 +67,48 @@ notified AS (
 -- (a CTE without side effects runs only where it is read).
 SELECT * FROM inserted WHERE (SELECT count(*) FROM notified) >= 0;
 
--- JobLockByIdempotencyKeyGlobal finds the global-scope job holding a key
--- and locks it FOR NO KEY UPDATE (the status reported to the caller stays
--- true until the transaction ends; NO KEY UPDATE so later foreign-key
--- checks on the row cannot deadlock against it). same_request tells
--- whether the stored request snapshot equals the given one (jsonb
--- equality, so key order and spacing do not matter).
--- It follows JobEnqueue in the same pipeline and runs only when that
--- insert did not write job @inserted_id, and only under READ COMMITTED;
--- otherwise it reads and locks nothing.
+-- JobLockByIdempotencyKeyGlobal finds the global scope's job holding a
+-- key and locks it FOR NO KEY UPDATE (the status reported to the caller
+-- stays true until the transaction ends; NO KEY UPDATE so later
+-- foreign-key checks on the row cannot deadlock against it). same_request
+-- tells whether the stored request snapshot equals the given one (jsonb
+-- equality, so key order and spacing do not matter). It follows
+-- JobEnqueue in the same pipeline and runs only when that insert did not
+-- write job @inserted_id (a fresh id nobody else holds, so its existence
+-- tells), and only under READ COMMITTED; otherwise it reads and locks
+-- nothing. The tenant is the literal nil UUID, so that any plan uses
+-- uq_job_queue_type_idempotency_global.
 -- name: JobLockByIdempotencyKeyGlobal :one
 SELECT sqlc.embed(job_queue),
        (enqueue_request = @enqueue_request::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_queue.job_type = @job_type
-  AND job_queue.organization_id IS NULL
+WHERE job_queue.organization_id = '00000000-0000-0000-0000-000000000000'
+  AND job_queue.job_type = @job_type
   AND job_queue.idempotency_key = @idempotency_key
-  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = @inserted_id)
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted
+                  WHERE inserted.organization_id = '00000000-0000-0000-0000-000000000000'
+                    AND inserted.id = @inserted_id)
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE;
 
 -- JobLockByIdempotencyKeyOrg is JobLockByIdempotencyKeyGlobal for one
--- organization's scope (a separate statement so each matches its partial
--- unique index), with the same guards.
+-- organization, with the same guards; "not the nil UUID" is spelled out
+-- so that any plan uses uq_job_queue_type_idempotency_org.
 -- name: JobLockByIdempotencyKeyOrg :one
 SELECT sqlc.embed(job_queue),
        (enqueue_request = @enqueue_request::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_queue.job_type = @job_type
-  AND job_queue.organization_id = @organization_id
+WHERE job_queue.organization_id = @organization_id
+  AND job_queue.organization_id <> '00000000-0000-0000-0000-000000000000'
+  AND job_queue.job_type = @job_type
   AND job_queue.idempotency_key = @idempotency_key
-  AND NOT EXISTS (SELECT 1 FROM job_queue inserted WHERE inserted.id = @inserted_id)
+  AND NOT EXISTS (SELECT 1 FROM job_queue inserted
+                  WHERE inserted.organization_id = @organization_id AND inserted.id = @inserted_id)
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE;
 
--- JobLockForEnqueueByID finds the job holding a caller-chosen id and
--- locks it FOR NO KEY UPDATE, as JobLockByIdempotencyKeyGlobal does for a
+-- JobLockForEnqueueByID finds the tenant's job holding a caller-chosen id
+-- and locks it FOR NO KEY UPDATE, as JobLockByIdempotencyKey does for a
 -- key, with same_request telling whether its stored request snapshot
 -- equals the given one. It follows JobEnqueue in the same pipeline; when
 -- that insert wrote the job, it finds the new row, which the caller
@@ -102,40 +118,47 @@ FOR NO KEY UPDATE;
 SELECT sqlc.embed(job_queue),
        (enqueue_request IS NOT DISTINCT FROM @enqueue_request::jsonb)::bool AS same_request
 FROM job_queue
-WHERE job_queue.id = @id
+WHERE job_queue.organization_id = @organization_id
+  AND job_queue.id = @id
   AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 FOR NO KEY UPDATE;
 
--- JobGetByID reads one job in the caller's exact scope (null-safe: the global
--- scope sees only jobs without an organization). No lock.
+-- JobGetByID reads one job of the caller's tenant. No lock.
 -- name: JobGetByID :one
 SELECT * FROM job_queue
-WHERE id = @id
-  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+WHERE organization_id = @organization_id
+  AND id = @id;
 
--- JobExistsAnyScope reports whether a job has the id, whatever its scope,
--- for worker-side operations that identify a job by its lease rather than
--- by tenant: it reads nothing else of the job, so nothing else of another
--- tenant's job can reach an error. No lock.
--- name: JobExistsAnyScope :one
-SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = @id);
+-- JobGetTenant returns the tenant of the job with an id, whatever it is,
+-- for the paths that know only a job's id (an unscoped worker call finds
+-- the tenant first, then names it). No row when no job has the id. On
+-- Citus it asks every shard. No lock.
+-- name: JobGetTenant :one
+SELECT organization_id FROM job_queue WHERE id = @id LIMIT 1;
+
+-- JobGetTenants is JobGetTenant for many ids: one row per job found.
+-- name: JobGetTenants :many
+SELECT id, organization_id FROM job_queue WHERE id = ANY(@ids::uuid[]);
 
 -- JobClaim leases up to @max_jobs due PENDING jobs of the given types (all
--- types when the array is empty) to a worker, in one statement, in claim
--- order: priority high to low, then due time, then age. It walks the
--- distinct priorities of PENDING jobs from the highest (one index descent
--- each) and, within each, reads only the due jobs (priority = p AND
--- next_run_at <= now() is a range of idx_job_queue_claim), so jobs
--- scheduled for later are never read, however many there are. Candidates
--- are locked FOR UPDATE SKIP LOCKED: rows another transaction holds (a
--- concurrent claimer, a replay holding an existing replay) are passed by.
--- A candidate with an execution resource key is a candidate only while no
--- live claim holds its key, and is leased only if it takes the key's claim
--- (one per key, the first in claim order; ON CONFLICT waits for an
--- uncommitted competitor for the key, and takes over a claim whose delayed
--- release is due). Each leased job is LEASED, stage running, at attempt +
--- 1, with lease_expires_at = now() + @lease_seconds, and gets one LEASED
--- event. Returns the leased jobs in claim order.
+-- types when the array is empty), of every tenant, to a worker, in one
+-- statement, in claim order: priority high to low, then due time, then
+-- age. It walks the distinct priorities of PENDING jobs from the highest
+-- (one index descent each) and, within each, reads only the due jobs
+-- (priority = p AND next_run_at <= now() is a range of idx_job_queue_claim),
+-- so jobs scheduled for later are never read, however many there are.
+-- Candidates are locked FOR UPDATE SKIP LOCKED: rows another transaction
+-- holds (a concurrent claimer, a replay holding an existing replay) are
+-- passed by. A candidate with an execution resource key is a candidate only
+-- while no live claim of its tenant holds its key, and is leased only if it
+-- takes the key's claim (one per key and tenant, the first in claim order;
+-- ON CONFLICT waits for an uncommitted competitor for the key, and takes
+-- over a claim whose delayed release is due). Each leased job is LEASED,
+-- stage running, at attempt + 1, with lease_expires_at = now() +
+-- @lease_seconds, and gets one LEASED event. Returns the leased jobs in
+-- claim order. Over every tenant, so not on Citus, where row locks need a
+-- statement routed to one tenant: there the claim is JobListTenantsWithDueJobs
+-- then JobClaimTenant tenant by tenant.
 -- name: JobClaim :many
 WITH RECURSIVE priorities (priority) AS (
     SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING'
@@ -146,10 +169,10 @@ WITH RECURSIVE priorities (priority) AS (
     WHERE priorities.priority IS NOT NULL
 ),
 candidates AS MATERIALIZED (
-    SELECT due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
+    SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
     FROM priorities
     CROSS JOIN LATERAL (
-        SELECT jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+        SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
         FROM job_queue jq
         WHERE jq.status = 'PENDING'
           AND jq.priority = priorities.priority
@@ -160,7 +183,8 @@ candidates AS MATERIALIZED (
               OR NOT EXISTS (
                   SELECT 1
                   FROM job_execution_resource_claims c
-                  WHERE c.resource_key = jq.execution_resource_key
+                  WHERE c.organization_id = jq.organization_id
+                    AND c.resource_key = jq.execution_resource_key
                     AND (c.release_after IS NULL OR c.release_after > now())
               )
           )
@@ -172,25 +196,26 @@ candidates AS MATERIALIZED (
 ),
 acquired AS (
     INSERT INTO job_execution_resource_claims AS rc (
-        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
     )
-    SELECT DISTINCT ON (candidates.execution_resource_key)
-           candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1, @worker_id::text,
-           now() + make_interval(secs => @lease_seconds::float8)
+    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
+           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+           @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
     FROM candidates
-    JOIN job_queue jq ON jq.id = candidates.id
+    JOIN job_queue jq ON jq.organization_id = candidates.organization_id AND jq.id = candidates.id
     WHERE candidates.execution_resource_key IS NOT NULL
-    ORDER BY candidates.execution_resource_key, candidates.priority DESC, candidates.next_run_at, candidates.created_at
-    ON CONFLICT (resource_key) DO UPDATE
+    ORDER BY candidates.organization_id, candidates.execution_resource_key,
+             candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (organization_id, resource_key) DO UPDATE
     SET job_id = EXCLUDED.job_id,
         run_number = EXCLUDED.run_number,
         attempt = EXCLUDED.attempt,
         worker_id = EXCLUDED.worker_id,
         lease_expires_at = EXCLUDED.lease_expires_at,
         release_after = NULL,
-        acquired_at = now()
+        acquired_at = EXCLUDED.acquired_at
     WHERE rc.release_after IS NOT NULL
-      AND rc.release_after <= now()
+      AND rc.release_after <= EXCLUDED.acquired_at
     RETURNING rc.job_id
 ),
 leased AS (
@@ -213,27 +238,132 @@ leased AS (
     RETURNING *
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'LEASED', stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
            jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
     FROM leased
 )
 SELECT * FROM leased
 ORDER BY priority DESC, next_run_at, created_at;
 
--- The worker's writes. Each takes a batch of leases as parallel arrays
--- (@ids with, at the same position, the run, attempt, worker id, whether
--- the caller is scoped and its organization, and what the write records)
--- and changes a job only while its lease is held: LEASED at that run and
--- attempt to that worker, the lease not yet expired by the database clock
+-- JobListTenantsWithDueJobs lists up to @max_tenants tenants that have
+-- due PENDING jobs of the given types (all types when the array is empty),
+-- the tenant of the most urgent due job first (priority, then due time).
+-- It reads without a lock (on Citus: one query on every shard), so a tenant
+-- listed may have no due job left by the time it is claimed from.
+-- name: JobListTenantsWithDueJobs :many
+SELECT jq.organization_id
+FROM job_queue jq
+WHERE jq.status = 'PENDING'
+  AND jq.next_run_at <= now()
+  AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
+GROUP BY jq.organization_id
+ORDER BY max(jq.priority) DESC, min(jq.next_run_at)
+LIMIT @max_tenants;
+
+-- JobClaimTenant is JobClaim for one tenant's jobs (@organization_id):
+-- routed to the tenant's shard on Citus, where the claim runs it tenant by
+-- tenant.
+-- name: JobClaimTenant :many
+WITH RECURSIVE priorities (priority) AS (
+    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING' AND jq.organization_id = @organization_id
+    UNION ALL
+    SELECT (SELECT max(jq.priority) FROM job_queue jq
+            WHERE jq.status = 'PENDING' AND jq.organization_id = @organization_id AND jq.priority < priorities.priority)
+    FROM priorities
+    WHERE priorities.priority IS NOT NULL
+),
+candidates AS MATERIALIZED (
+    SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
+    FROM priorities
+    CROSS JOIN LATERAL (
+        SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+        FROM job_queue jq
+        WHERE jq.status = 'PENDING'
+          AND jq.organization_id = @organization_id
+          AND jq.priority = priorities.priority
+          AND jq.next_run_at <= now()
+          AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
+          AND (
+              jq.execution_resource_key IS NULL
+              OR NOT EXISTS (
+                  SELECT 1
+                  FROM job_execution_resource_claims c
+                  WHERE c.organization_id = jq.organization_id
+                    AND c.resource_key = jq.execution_resource_key
+                    AND (c.release_after IS NULL OR c.release_after > now())
+              )
+          )
+        ORDER BY jq.next_run_at, jq.created_at
+        LIMIT @max_jobs
+        FOR UPDATE OF jq SKIP LOCKED
+    ) due
+    LIMIT @max_jobs
+),
+acquired AS (
+    INSERT INTO job_execution_resource_claims AS rc (
+        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
+           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+           @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
+    FROM candidates
+    JOIN job_queue jq ON jq.organization_id = candidates.organization_id AND jq.id = candidates.id
+    WHERE candidates.execution_resource_key IS NOT NULL
+    ORDER BY candidates.organization_id, candidates.execution_resource_key,
+             candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (organization_id, resource_key) DO UPDATE
+    SET job_id = EXCLUDED.job_id,
+        run_number = EXCLUDED.run_number,
+        attempt = EXCLUDED.attempt,
+        worker_id = EXCLUDED.worker_id,
+        lease_expires_at = EXCLUDED.lease_expires_at,
+        release_after = NULL,
+        acquired_at = EXCLUDED.acquired_at
+    WHERE rc.release_after IS NOT NULL
+      AND rc.release_after <= EXCLUDED.acquired_at
+    RETURNING rc.job_id
+),
+leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = @worker_id::text,
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    -- An array built before the update starts (an InitPlan), so that every
+    -- resource claim is in place when the lease trigger checks for it.
+    WHERE job_queue.id = ANY(ARRAY(
+              SELECT id FROM candidates WHERE execution_resource_key IS NULL
+              UNION ALL
+              SELECT job_id FROM acquired))
+      AND job_queue.organization_id = @organization_id
+      AND job_queue.status = 'PENDING'
+    RETURNING *
+),
+event AS (
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
+           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
+    FROM leased
+)
+SELECT * FROM leased
+ORDER BY priority DESC, next_run_at, created_at;
+
+-- The worker's writes. Each takes one tenant (@organization_id) and a
+-- batch of its leases as parallel arrays (@ids with, at the same position,
+-- the run, attempt and worker id, and what the write records), and changes
+-- a job only while its lease is held: LEASED at that run and attempt to
+-- that worker, and the lease not yet expired by the database clock
 -- (clock_timestamp(), so two workers never both finish one attempt, even
--- before recovery takes an expired lease back), and, for a scoped entry,
--- in that exact scope (null-safe: a NULL organization_id matches only
--- global jobs). A job whose lease does not match is left as it is and
--- returns no row; nothing is written for it. The runtime names every
--- job's tenant (it knows it from the claim). An id given twice is updated
--- once (callers refuse duplicates). An organization is given as text, ''
--- for the global scope (NULL), which a uuid[] cannot carry.
+-- before recovery takes an expired lease back). A job whose lease does not
+-- match is left as it is and returns no row; nothing is written for it.
+-- An id given twice is updated once (callers refuse duplicates). A batch
+-- over several tenants is one statement per tenant, each routed to its
+-- tenant's shard on Citus.
 
 -- JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
 -- stores NULL), the final progress where given (-1: keep the stored
@@ -245,12 +375,13 @@ WITH input AS (
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
            (@worker_ids::text[])[i.ord] AS worker_id,
-           (@scoped::bool[])[i.ord] AS scoped,
-           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id,
            (@outputs::jsonb[])[i.ord] AS output,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
 ),
 completed AS (
     UPDATE job_queue jq
@@ -259,21 +390,21 @@ completed AS (
         output = input.output,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
-        finished_at = now(),
+        finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input
-    WHERE jq.id = input.id
+    FROM input, clock
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+      AND jq.lease_expires_at > clock.at
     RETURNING jq.*
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
-    SELECT id, run_number, attempt, 'SUCCEEDED', stage, progress_done, progress_total,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT organization_id, id, run_number, attempt, 'SUCCEEDED', stage, progress_done, progress_total,
            jsonb_build_object('worker_id', worker_id)
     FROM completed
 )
@@ -292,14 +423,15 @@ WITH input AS (
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
            (@worker_ids::text[])[i.ord] AS worker_id,
-           (@scoped::bool[])[i.ord] AS scoped,
-           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id,
            (@terminal::bool[])[i.ord] AS terminal,
            (@failure_kinds::text[])[i.ord] AS failure_kind,
            (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
            NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
            NULLIF((@error_messages::text[])[i.ord], '') AS error_message
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
 ),
 failed AS (
     UPDATE job_queue jq
@@ -309,25 +441,25 @@ failed AS (
                      THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                            THEN jq.next_run_at
-                           ELSE now() + make_interval(secs => input.retry_delay_seconds) END,
-        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN now() END,
+                           ELSE clock.now + make_interval(secs => input.retry_delay_seconds) END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN clock.now END,
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
         last_error_message = input.error_message
-    FROM input
-    WHERE jq.id = input.id
+    FROM input, clock
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+      AND jq.lease_expires_at > clock.at
     RETURNING jq.*, input.failure_kind
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt,
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
@@ -359,38 +491,40 @@ WITH input AS (
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
            (@worker_ids::text[])[i.ord] AS worker_id,
-           (@scoped::bool[])[i.ord] AS scoped,
-           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id,
            (@lease_seconds::float8[])[i.ord] AS lease_seconds,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
            (@checkpoints::jsonb[])[i.ord] AS checkpoint
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+clock AS (
+    SELECT clock_timestamp() AS at
+),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = clock_timestamp() + make_interval(secs => input.lease_seconds),
-        last_heartbeat_at = clock_timestamp(),
+    SET lease_expires_at = clock.at + make_interval(secs => input.lease_seconds),
+        last_heartbeat_at = clock.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN job_queue before ON before.id = input.id
-    WHERE jq.id = input.id
+    CROSS JOIN clock
+    JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
-    RETURNING jq.id, jq.organization_id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
               ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
                OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
-    SELECT id, run_number, attempt, 'PROGRESS', stage, progress_done, progress_total,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+    SELECT organization_id, id, run_number, attempt, 'PROGRESS', stage, progress_done, progress_total,
            jsonb_build_object('worker_id', worker_id)
     FROM beat
     WHERE changed
@@ -409,10 +543,11 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
-           (@scoped::bool[])[i.ord] AS scoped,
-           NULLIF((@organization_ids::text[])[i.ord], '')::uuid AS organization_id
+           (@worker_ids::text[])[i.ord] AS worker_id
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS (
+    SELECT clock_timestamp() AS at
 ),
 released AS (
     UPDATE job_queue jq
@@ -423,19 +558,19 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input
-    WHERE jq.id = input.id
+    FROM input, clock
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock_timestamp()
-      AND (NOT input.scoped OR jq.organization_id IS NOT DISTINCT FROM input.organization_id)
+      AND jq.lease_expires_at > clock.at
     RETURNING jq.*, input.worker_id AS released_by
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt + 1, 'STAGE_CHANGED', stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt + 1, 'STAGE_CHANGED', stage,
            jsonb_build_object('worker_id', released_by, 'released', true)
     FROM released
 )
@@ -446,44 +581,55 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
        output, execution_resource_key
 FROM released;
 
--- JobCancel cancels a PENDING or LEASED job in the caller's scope, records
--- the reason as status_reason and writes one CANCELED event. A leased job
--- keeps lease_expires_at, so its execution resource stays claimed until the
--- canceled lease would have ended (trigger). No row when the job is not in
--- scope or already finished.
+-- JobCancel cancels a PENDING or LEASED job of the caller's tenant,
+-- records the reason as status_reason and writes one CANCELED event. A
+-- leased job keeps lease_expires_at, so its execution resource stays
+-- claimed until the canceled lease would have ended (trigger). No row when
+-- the job is not in the tenant or already finished.
 -- name: JobCancel :one
-WITH canceled AS (
+WITH clock AS (
+    SELECT now() AS now
+),
+canceled AS (
     UPDATE job_queue
     SET status = 'CANCELED',
         status_reason = sqlc.narg(reason)::text,
-        finished_at = now()
-    WHERE job_queue.id = @id
-      AND job_queue.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
+        finished_at = clock.now
+    FROM clock
+    WHERE job_queue.organization_id = @organization_id
+      AND job_queue.id = @id
       AND job_queue.status IN ('PENDING', 'LEASED')
-    RETURNING *
+    RETURNING job_queue.*
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
            jsonb_strip_nulls(jsonb_build_object('reason', status_reason))
     FROM canceled
 )
 SELECT * FROM canceled;
 
--- JobRecoverExpiredLeases takes back up to @max_jobs leases that ran out
--- by the database clock (oldest expiry first), skipping rows another
--- transaction holds, and only while this transaction holds the recovery
--- advisory lock @lock_key (taken here, without waiting, until the
--- transaction ends): one recoverer at a time across processes, the others
--- recover nothing. Each expired attempt counts as spent and records failure
--- kind LEASE_EXPIRED: a job with attempts left returns to PENDING, stage
--- scheduled, due after the retry delay (@backoff_base_seconds doubled per
--- attempt, at most @backoff_max_seconds), with a RETRY_SCHEDULED event;
--- one without is DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED
--- releases any resource claim (trigger).
+-- JobRecoverExpiredLeases takes back up to @max_jobs leases of every
+-- tenant that ran out by the database clock (oldest expiry first),
+-- skipping rows another transaction holds, and only while this transaction
+-- holds the recovery advisory lock @lock_key (taken here, without waiting,
+-- until the transaction ends): one recoverer at a time across processes,
+-- the others recover nothing. Each expired attempt counts as spent and
+-- records failure kind LEASE_EXPIRED: a job with attempts left returns to
+-- PENDING, stage scheduled, due after the retry delay
+-- (@backoff_base_seconds doubled per attempt, at most
+-- @backoff_max_seconds), with a RETRY_SCHEDULED event; one without is
+-- DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED releases any
+-- resource claim (trigger). Over every tenant, so not on Citus: there
+-- recovery is JobListTenantsWithExpiredLeases, then
+-- JobRecoverExpiredLeasesTenant tenant by tenant, under the lock that
+-- TransactionTryRecoveryLock takes.
 -- name: JobRecoverExpiredLeases :many
-WITH expired AS (
-    SELECT id
+WITH clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
+),
+expired AS (
+    SELECT organization_id, id
     FROM job_queue
     WHERE status = 'LEASED'
       AND lease_expires_at < clock_timestamp()
@@ -498,20 +644,21 @@ recovered AS (
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
-                           ELSE now() + make_interval(secs => least(sqlc.arg(backoff_max_seconds)::float8,
+                           ELSE clock.now + make_interval(secs => least(sqlc.arg(backoff_max_seconds)::float8,
                                     sqlc.arg(backoff_base_seconds)::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
-        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN now() END,
+        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN clock.now END,
         worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = 'job.lease_expired',
         last_error_message = 'The lease expired before the worker finished.'
-    FROM expired
-    WHERE jq.id = expired.id
+    FROM expired, clock
+    WHERE jq.organization_id = expired.organization_id
+      AND jq.id = expired.id
     RETURNING jq.*
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt,
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt,
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
            stage,
@@ -523,19 +670,71 @@ event AS (
 )
 SELECT * FROM recovered;
 
--- JobListPageGlobal lists global-scope jobs newest first, a page at a time:
+-- JobListTenantsWithExpiredLeases lists up to @max_tenants tenants holding
+-- leases that ran out by the database clock, the oldest expiry first,
+-- without a lock (on Citus: one query on every shard).
+-- name: JobListTenantsWithExpiredLeases :many
+SELECT organization_id
+FROM job_queue
+WHERE status = 'LEASED'
+  AND lease_expires_at < clock_timestamp()
+GROUP BY organization_id
+ORDER BY min(lease_expires_at)
+LIMIT @max_tenants;
+
+-- JobRecoverExpiredLeasesTenant is JobRecoverExpiredLeases for one tenant
+-- (@organization_id), routed to its shard on Citus; the caller holds the
+-- recovery lock (TransactionTryRecoveryLock).
+-- name: JobRecoverExpiredLeasesTenant :many
+WITH clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
+),
+expired AS (
+    SELECT organization_id, id
+    FROM job_queue
+    WHERE job_queue.status = 'LEASED'
+      AND job_queue.organization_id = @organization_id
+      AND job_queue.lease_expires_at < clock_timestamp()
+    ORDER BY lease_expires_at
+    LIMIT @max_jobs
+    FOR UPDATE SKIP LOCKED
+),
+recovered AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
+                           ELSE clock.now + make_interval(secs => least(sqlc.arg(backoff_max_seconds)::float8,
+                                    sqlc.arg(backoff_base_seconds)::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
+        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN clock.now END,
+        worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = 'job.lease_expired',
+        last_error_message = 'The lease expired before the worker finished.'
+    FROM expired, clock
+    WHERE jq.organization_id = expired.organization_id
+      AND jq.id = expired.id
+    RETURNING jq.*
+),
+event AS (
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    SELECT organization_id, id, run_number, attempt,
+           CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
+                ELSE 'RETRY_SCHEDULED'::job_event_type END,
+           stage,
+           jsonb_strip_nulls(jsonb_build_object(
+               'failure_kind', 'LEASE_EXPIRED',
+               'error_code', last_error_code,
+               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
+    FROM recovered
+)
+SELECT * FROM recovered;
+
+-- JobListPage lists the jobs of one tenant newest first, a page at a time:
 -- pass the last row's (created_at, id) as the cursor for the next page, or
 -- NULLs for the first. No lock.
--- name: JobListPageGlobal :many
-SELECT * FROM job_queue
-WHERE organization_id IS NULL
-  AND (sqlc.narg(before_created_at)::timestamptz IS NULL
-       OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
-ORDER BY created_at DESC, id DESC
-LIMIT @max_jobs;
-
--- JobListPageOrg is JobListPageGlobal for one organization.
--- name: JobListPageOrg :many
+-- name: JobListPage :many
 SELECT * FROM job_queue
 WHERE organization_id = @organization_id
   AND (sqlc.narg(before_created_at)::timestamptz IS NULL
@@ -543,8 +742,9 @@ WHERE organization_id = @organization_id
 ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
--- JobListPageAll lists jobs of every scope newest first (operators only),
--- with the same cursor as JobListPageGlobal. No lock.
+-- JobListPageAll lists jobs of every tenant newest first (operators only),
+-- with the same cursor as JobListPage. No lock (on Citus: every shard,
+-- merged on the coordinator).
 -- name: JobListPageAll :many
 SELECT * FROM job_queue
 WHERE sqlc.narg(before_created_at)::timestamptz IS NULL
@@ -552,17 +752,8 @@ WHERE sqlc.narg(before_created_at)::timestamptz IS NULL
 ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
--- JobListByStatusGlobal lists the newest global-scope jobs in one status.
--- name: JobListByStatusGlobal :many
-SELECT * FROM job_queue
-WHERE organization_id IS NULL
-  AND status = @status
-ORDER BY created_at DESC
-LIMIT @max_jobs;
-
--- JobListByStatusOrg lists the newest jobs of one organization in one
--- status.
--- name: JobListByStatusOrg :many
+-- JobListByStatus lists the newest jobs of one tenant in one status.
+-- name: JobListByStatus :many
 SELECT * FROM job_queue
 WHERE organization_id = @organization_id
   AND status = @status
@@ -570,7 +761,7 @@ ORDER BY created_at DESC
 LIMIT @max_jobs;
 
 -- JobListByTypeAndStatus lists the newest jobs of one type in one status,
--- across scopes (operators only).
+-- across tenants (operators only; on Citus every shard).
 -- name: JobListByTypeAndStatus :many
 SELECT * FROM job_queue
 WHERE job_type = @job_type
@@ -579,55 +770,50 @@ ORDER BY created_at DESC
 LIMIT @max_jobs;
 
 -- JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is
--- eligible: in the caller's exact scope, SUCCEEDED at the expected run, in
--- no workflow step. NO KEY UPDATE lets the lineage insert's KEY SHARE
--- foreign-key check through while two replays of one source serialize
--- here; a waiter re-checks the conditions on the newest row. It runs only
--- while runledger.replay is '<token>/missing' (else it reads and locks
--- nothing), and sets '<token>/locked' only for a row it returns (outer
--- query over a MATERIALIZED CTE).
+-- eligible: in the caller's tenant, SUCCEEDED at the expected run, in no
+-- workflow step, and without lineage for the request (source, run, key).
+-- NO KEY UPDATE lets the lineage insert's KEY SHARE foreign-key check
+-- through while two replays of one source serialize here; a waiter
+-- re-checks the conditions on the newest row. It follows the lineage
+-- lookup in the replay's pipeline, and its guard is in the data: lineage
+-- the lookup found (or that appeared since) keeps it from locking.
 -- name: JobLockForReplay :one
-WITH locked AS MATERIALIZED (
-    SELECT id, run_number, job_type, execution_resource_key,
-           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-    FROM job_queue
-    WHERE job_queue.id = @id
-      AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-      AND status = 'SUCCEEDED'
-      AND run_number = @expected_run_number
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-      AND current_setting('runledger.replay', true) = @token::text || '/missing'
-    FOR NO KEY UPDATE
-)
-SELECT locked.id,
-       locked.run_number,
-       locked.job_type,
-       locked.execution_resource_key,
-       locked.workflow_managed,
-       set_config('runledger.replay', @token::text || '/locked', true) AS marker
-FROM locked;
+SELECT id, run_number, job_type, execution_resource_key
+FROM job_queue
+WHERE job_queue.organization_id = @organization_id
+  AND job_queue.id = @id
+  AND status = 'SUCCEEDED'
+  AND run_number = @expected_run_number
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = @organization_id AND ws.job_id = job_queue.id)
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.organization_id = @organization_id AND jr.source_job_id = job_queue.id
+                    AND jr.source_run_number = @expected_run_number AND jr.replay_request_key = @replay_request_key)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE;
 
 -- JobGetForReplayClassification reads the replay source in the caller's
--- scope without a lock, to tell NotFound, a mismatch and a workflow-managed
--- source apart once the locking read missed. In a pipeline it runs only
--- while runledger.replay is @run_if; with @run_if NULL it always reads.
--- job is the whole row as one jsonb value (decoded only for a mismatch),
--- its timestamps in UTC so that they parse as RFC 3339 whatever the
--- session's TimeZone, for any year from 1 to 9999 (written without a
--- to_char pattern: pgbench would take its ":MI" for a variable).
+-- tenant without a lock, to tell NotFound, a mismatch and a
+-- workflow-managed source apart when the locking read returned nothing.
+-- job is the whole row as one jsonb value, only for a mismatch (not
+-- SUCCEEDED at @expected_run_number; NULL otherwise), its timestamps in
+-- UTC so that they parse as RFC 3339 whatever the session's TimeZone, for
+-- any year from 1 to 9999 (written without a to_char pattern: pgbench
+-- would take its ":MI" for a variable).
 -- name: JobGetForReplayClassification :one
 SELECT job_queue.status,
        job_queue.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
-       (to_jsonb(job_queue) || jsonb_build_object(
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = @organization_id AND ws.job_id = job_queue.id) AS workflow_managed,
+       (CASE WHEN job_queue.status <> 'SUCCEEDED' OR job_queue.run_number <> @expected_run_number THEN
+        to_jsonb(job_queue) || jsonb_build_object(
            'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job
+           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z') END)::jsonb AS job
 FROM job_queue
-WHERE job_queue.id = @id
-  AND organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
-  AND (sqlc.narg(run_if)::text IS NULL OR current_setting('runledger.replay', true) = sqlc.narg(run_if)::text);
+WHERE job_queue.organization_id = @organization_id
+  AND job_queue.id = @id;

@@ -8,11 +8,10 @@
 -- source lock for a chunk of sources (@source_job_ids with their expected
 -- runs @source_run_numbers, no id twice), in one statement. It returns one
 -- row per source, in the order given: the lineage of (source, run,
--- @replay_request_key) in the caller's scope (null-safe on the source's
--- organization), if any, with its reason; and whether the source was
--- locked. Only a source without that lineage is locked, and only while it
--- is eligible: in the scope, SUCCEEDED at the expected run, in no
--- workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
+-- @replay_request_key) in the caller's tenant, if any, with its reason;
+-- and whether the source was locked, with its job type. Only a source
+-- without that lineage is locked, and only while it is eligible: in the
+-- tenant, SUCCEEDED at the expected run, in no workflow step. The locks are FOR NO KEY UPDATE and taken in id order,
 -- so chunks over overlapping sources (and single replays, which lock one
 -- source) wait for each other instead of deadlocking; a waiter re-checks
 -- the conditions on the newest row. A caller's transaction that locks
@@ -32,31 +31,30 @@ lineage AS MATERIALIZED (
     SELECT input.source_job_id, input.source_run_number, input.ord,
            (SELECT jr.replay_job_id
             FROM job_replays jr
-            JOIN job_queue source ON source.id = jr.source_job_id
-            WHERE jr.source_job_id = input.source_job_id
+            WHERE jr.organization_id = @organization_id
+              AND jr.source_job_id = input.source_job_id
               AND jr.source_run_number = input.source_run_number
-              AND jr.replay_request_key = @replay_request_key
-              AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid) AS replay_job_id,
+              AND jr.replay_request_key = @replay_request_key) AS replay_job_id,
            (SELECT jr.reason
             FROM job_replays jr
-            JOIN job_queue source ON source.id = jr.source_job_id
-            WHERE jr.source_job_id = input.source_job_id
+            WHERE jr.organization_id = @organization_id
+              AND jr.source_job_id = input.source_job_id
               AND jr.source_run_number = input.source_run_number
-              AND jr.replay_request_key = @replay_request_key
-              AND source.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid) AS reason
+              AND jr.replay_request_key = @replay_request_key) AS reason
     FROM input
 ),
 found AS (
     SELECT ord, replay_job_id, reason FROM lineage WHERE replay_job_id IS NOT NULL
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id
+    SELECT jq.id, jq.job_type
     FROM lineage
-    JOIN job_queue jq ON jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
+    JOIN job_queue jq ON jq.organization_id = @organization_id
+                     AND jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
     WHERE lineage.replay_job_id IS NULL
-      AND jq.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid
       AND jq.status = 'SUCCEEDED'
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id)
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                      WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 )
@@ -64,9 +62,11 @@ SELECT lineage.source_job_id::uuid AS source_job_id,
        lineage.source_run_number::int AS source_run_number,
        found.replay_job_id,
        found.reason,
-       (lineage.source_job_id IN (SELECT id FROM locked))::bool AS locked
+       (locked.id IS NOT NULL)::bool AS locked,
+       locked.job_type
 FROM lineage
 LEFT JOIN found ON found.ord = lineage.ord
+LEFT JOIN locked ON locked.id = lineage.source_job_id
 ORDER BY lineage.ord;
 
 -- JobReplayBulkInsert is the single replay's second lookup and insert for
@@ -75,8 +75,9 @@ ORDER BY lineage.ord;
 -- snapshot is taken after the lock waits: it sees the lineage of a replay
 -- that held a source before. A source with that lineage gets no replay and
 -- its row reports the lineage; every other source whose job type's
--- definition exists and is enabled (read FOR SHARE, in job type order, so
--- a definition change waits) gets what JobReplayInsert writes: a fresh job
+-- definition exists and is enabled (@job_types, the locked sources' types,
+-- read FOR SHARE in job type order, so a definition change waits) gets
+-- what JobReplayInsert writes: a fresh job
 -- (type, organization, payload, priority, max_attempts, timeout_seconds
 -- and execution_resource_key copied; run 1, PENDING, queued, due now), its
 -- one ENQUEUED event with the five-key provenance, and the lineage row. A
@@ -100,12 +101,14 @@ checked AS MATERIALIZED (
     SELECT locked.source_job_id, locked.source_run_number, locked.replay_job_id, locked.ord,
            (SELECT jr.replay_job_id
             FROM job_replays jr
-            WHERE jr.source_job_id = locked.source_job_id
+            WHERE jr.organization_id = @organization_id
+              AND jr.source_job_id = locked.source_job_id
               AND jr.source_run_number = locked.source_run_number
               AND jr.replay_request_key = @replay_request_key) AS existing_replay_job_id,
            (SELECT jr.reason
             FROM job_replays jr
-            WHERE jr.source_job_id = locked.source_job_id
+            WHERE jr.organization_id = @organization_id
+              AND jr.source_job_id = locked.source_job_id
               AND jr.source_run_number = locked.source_run_number
               AND jr.replay_request_key = @replay_request_key) AS existing_reason
     FROM locked
@@ -117,15 +120,19 @@ definition AS MATERIALIZED (
     SELECT d.job_type
     FROM job_definitions d
     WHERE d.is_enabled
-      AND d.job_type IN (SELECT s.job_type FROM locked JOIN job_queue s ON s.id = locked.source_job_id)
+      AND d.job_type = ANY(@job_types::text[])
     ORDER BY d.job_type
     FOR SHARE
+),
+clock AS (
+    SELECT now() AS now
 ),
 source AS MATERIALIZED (
     SELECT checked.replay_job_id AS new_id, s.id, s.run_number, s.job_type, s.organization_id, s.payload,
            s.priority, s.max_attempts, s.timeout_seconds, s.execution_resource_key
     FROM checked
-    JOIN job_queue s ON s.id = checked.source_job_id AND s.run_number = checked.source_run_number
+    JOIN job_queue s ON s.organization_id = @organization_id
+                    AND s.id = checked.source_job_id AND s.run_number = checked.source_run_number
     WHERE checked.existing_replay_job_id IS NULL
       AND s.job_type IN (SELECT job_type FROM definition)
 ),
@@ -135,14 +142,14 @@ inserted AS (
         timeout_seconds, next_run_at, stage, execution_resource_key
     )
     SELECT new_id, job_type, organization_id, payload, priority, max_attempts,
-           timeout_seconds, now(), 'queued', execution_resource_key
-    FROM source
+           timeout_seconds, clock.now, 'queued', execution_resource_key
+    FROM source CROSS JOIN clock
     ORDER BY new_id
     RETURNING id, status, run_number, stage
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT source.new_id, 1, 'ENQUEUED', 'queued',
+    INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+    SELECT source.organization_id, source.new_id, 1, 'ENQUEUED', 'queued',
            jsonb_strip_nulls(jsonb_build_object(
                'job_type', source.job_type,
                'replayed_from_job_id', source.id,
@@ -154,8 +161,8 @@ event AS (
     RETURNING id
 ),
 recorded AS (
-    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, @replay_request_key::text, source.new_id, @reason::text
+    INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.organization_id, source.id, source.run_number, @replay_request_key::text, source.new_id, @reason::text
     FROM source
     ORDER BY source.new_id
     RETURNING replay_job_id
@@ -181,50 +188,31 @@ ORDER BY checked.ord;
 
 -- JobGetForBulkReplayClassification reads, without any lock, the sources
 -- of a chunk that had no lineage and were not locked (@ids), in the
--- caller's scope (null-safe): a source it returns no row for is NotFound;
+-- caller's tenant: a source it returns no row for is NotFound;
 -- the others are told apart by status, run and workflow membership. A
 -- rejected source thus leaves no row lock behind.
 -- name: JobGetForBulkReplayClassification :many
 SELECT jq.id,
        jq.status,
        jq.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = jq.id) AS workflow_managed
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id) AS workflow_managed
 FROM job_queue jq
-WHERE jq.id = ANY(@ids::uuid[])
-  AND jq.organization_id IS NOT DISTINCT FROM sqlc.narg(organization_id)::uuid;
+WHERE jq.organization_id = @organization_id
+  AND jq.id = ANY(@ids::uuid[]);
 
--- JobListSucceededForReplayGlobal selects the next page of a bulk replay
--- by filter in the global scope: jobs of @job_type without an organization
--- that are SUCCEEDED and finished in [@since, @until), in finish order then
--- id, after the cursor (@after_finished_at, @after_id; NULLs for the first
--- page), at most @max_jobs. A NULL @since is open; a NULL @until is now(),
--- the transaction's start, returned as selection_until on every row so
--- that the action pins it and passes it to every later page: jobs that
--- finish while the action runs are never selected. A job that is itself
--- a replay made under @replay_request_key is never selected, so an action
--- does not replay the replays it made. A job without a finish time is
--- never selected. No lock: the chunk locks what it replays. (The order
--- names organization_id, NULL on every row, so that it is the index's
--- order and a page reads only its own rows, unsorted.)
--- name: JobListSucceededForReplayGlobal :many
-SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
-       coalesce(sqlc.narg(until)::timestamptz, now())::timestamptz AS selection_until
-FROM job_queue jq
-WHERE jq.job_type = @job_type
-  AND jq.organization_id IS NULL
-  AND jq.status = 'SUCCEEDED'
-  AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
-  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
-  AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
-                                 coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
-  AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
-      IS DISTINCT FROM @replay_request_key::text
-ORDER BY jq.organization_id, jq.finished_at, jq.id
-LIMIT @max_jobs;
-
--- JobListSucceededForReplayOrg is JobListSucceededForReplayGlobal for one
--- organization's scope (a separate statement so each matches the index).
--- name: JobListSucceededForReplayOrg :many
+-- JobListSucceededForReplay selects the next page of a bulk replay by
+-- filter in one tenant: jobs of @job_type that are SUCCEEDED and finished
+-- in [@since, @until), in finish order then id, after the cursor
+-- (@after_finished_at, @after_id; NULLs for the first page), at most
+-- @max_jobs. A NULL @since is open; a NULL @until is now(), the
+-- transaction's start, returned as selection_until on every row so that
+-- the action pins it and passes it to every later page: jobs that finish
+-- while the action runs are never selected. A job that is itself a replay
+-- made under @replay_request_key is never selected, so an action does not
+-- replay the replays it made. A job without a finish time is never
+-- selected. No lock: the chunk locks what it replays.
+-- name: JobListSucceededForReplay :many
 SELECT jq.id, jq.run_number, jq.finished_at::timestamptz AS finished_at,
        coalesce(sqlc.narg(until)::timestamptz, now())::timestamptz AS selection_until
 FROM job_queue jq
@@ -235,34 +223,18 @@ WHERE jq.job_type = @job_type
   AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
   AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
                                  coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
-  AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+  AND (SELECT jr.replay_request_key FROM job_replays jr
+       WHERE jr.organization_id = @organization_id AND jr.replay_job_id = jq.id)
       IS DISTINCT FROM @replay_request_key::text
 ORDER BY jq.finished_at, jq.id
 LIMIT @max_jobs;
 
--- JobCountSucceededForReplayGlobal counts what JobListSucceededForReplayGlobal
--- would select from the start under the same bounds (a NULL @until is
--- now(), the transaction's start: in the first page's transaction, the
--- bound that page pins), at most @max_jobs. It reads every selected job
--- with its lineage probe: the cost of a scan of the selection. No lock.
--- name: JobCountSucceededForReplayGlobal :one
-SELECT count(*) FROM (
-    SELECT 1
-    FROM job_queue jq
-    WHERE jq.job_type = @job_type
-      AND jq.organization_id IS NULL
-      AND jq.status = 'SUCCEEDED'
-      AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
-      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
-      AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
-          IS DISTINCT FROM @replay_request_key::text
-    LIMIT @max_jobs
-) selected;
-
--- JobCountSucceededForReplayOrg counts what JobListSucceededForReplayOrg
--- would select from the start under the same bounds, at most @max_jobs,
--- as JobCountSucceededForReplayGlobal does. No lock.
--- name: JobCountSucceededForReplayOrg :one
+-- JobCountSucceededForReplay counts what JobListSucceededForReplay would
+-- select from the start under the same bounds (a NULL @until is now(), the
+-- transaction's start: in the first page's transaction, the bound that
+-- page pins), at most @max_jobs. It reads every selected job with its
+-- lineage probe: the cost of a scan of the selection. No lock.
+-- name: JobCountSucceededForReplay :one
 SELECT count(*) FROM (
     SELECT 1
     FROM job_queue jq
@@ -271,7 +243,8 @@ SELECT count(*) FROM (
       AND jq.status = 'SUCCEEDED'
       AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
       AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
-      AND (SELECT jr.replay_request_key FROM job_replays jr WHERE jr.replay_job_id = jq.id)
+      AND (SELECT jr.replay_request_key FROM job_replays jr
+           WHERE jr.organization_id = @organization_id AND jr.replay_job_id = jq.id)
           IS DISTINCT FROM @replay_request_key::text
     LIMIT @max_jobs
 ) selected;

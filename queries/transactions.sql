@@ -28,3 +28,9 @@ SHOW transaction_isolation;
 -- current transaction is read-only ("on" or "off").
 -- name: TransactionShowReadOnly :one
 SHOW transaction_read_only;
+
+-- TransactionTryRecoveryLock takes the lease recovery's advisory lock
+-- @lock_key for the rest of the transaction, without waiting: false when
+-- another recovery holds it. (On Citus the lock is the coordinator's.)
+-- name: TransactionTryRecoveryLock :one
+SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS acquired;

@@ -96,9 +96,9 @@ var ownedReplayKillPoints = []killPoint{
 	// behind it in the batch, waits in the deferred trigger when the
 	// backend is killed: the COMMIT failed, its fate unknown to the caller.
 	{name: "after the insert result, while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory",
-		// BEGIN, the lookup, the lock, the second lookup (guarded off), the
-		// classification (guarded off), the insert: one row.
-		afterResult: []string{"BEGIN", "SELECT 1", "SELECT 1", "SELECT 0", "SELECT 0", "SELECT 1"},
+		// BEGIN, the lookup, the lock, the second lookup (no lineage), the
+		// classification read, the insert: one row.
+		afterResult: []string{"BEGIN", "SELECT 1", "SELECT 1", "SELECT 0", "SELECT 1", "SELECT 1"},
 		want:        failCommitUnconfirmed},
 	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},
 }

@@ -31,7 +31,7 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{Scope: org, JobType: "email"})
 			return err
 		}, func(t *testing.T, admin *pgxpool.Pool, _ runledger.Job) {
-			if n := testdb.Scalar[int64](t, admin, `SELECT count(*) FROM job_queue WHERE organization_id = $1 AND status = 'PENDING'`, org.OrganizationIDPtr()); n != 1 {
+			if n := testdb.Scalar[int64](t, admin, `SELECT count(*) FROM job_queue WHERE organization_id = $1 AND status = 'PENDING'`, testdb.Tenant(org)); n != 1 {
 				t.Fatalf("%d pending jobs, want the one the lost call created", n)
 			}
 		}},
@@ -72,6 +72,28 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 			c.check(t, e.admin, leased)
 		})
 	}
+
+	// An unscoped write first reads its job's tenant (a statement of its
+	// own): a reply lost there is transient, the write never sent.
+	t.Run("unscoped fail, the tenant read's reply lost", func(t *testing.T) {
+		t.Parallel()
+		ctx := testdb.Context(t)
+		e := newEnv(t)
+		testdb.DefineType(t, e.admin, "email")
+		leased := testdb.Leased(t, ctx, e.admin, jobs.EnqueueRequest{Scope: org, JobType: "email"})
+		proxy, pool, _ := e.proxied(nil)
+		proxy.DropReply("SELECT")
+		fr := testdb.FailRequest(leased)
+		fr.Scope = nil
+		_, err := jobs.Fail(ctx, pool, fr)
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
+		}
+		testdb.WantCode(t, err, runledger.CodeTransient)
+		if got := testdb.EventTypes(t, e.admin, leased.ID); len(got) != 2 {
+			t.Fatalf("events %v, want the lease's two only", got)
+		}
+	})
 
 	t.Run("enqueue with a chosen id, retried", func(t *testing.T) {
 		t.Parallel()

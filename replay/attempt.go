@@ -3,11 +3,10 @@ package replay
 import (
 	"context"
 	"errors"
-	"strconv"
-	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
@@ -21,19 +20,12 @@ import (
 // One attempt of the protocol: its statements in one round trip, then the
 // verdict on their results.
 
-// lockTokens numbers the attempts in this process. An attempt's statements
-// guard each other through the transaction-local marker runledger.replay,
-// which holds the attempt's token and what the statements so far found; a
-// token is unique within the transaction that compares it.
-var lockTokens atomic.Uint64
-
 // replayWakeKey is the wake limiter's key for replays (see package
 // internal/wake).
 const replayWakeKey = "\x00replay"
 
 // attempt holds the results of one attempt's statements.
 type attempt struct {
-	token    string
 	lookup   *txn.Step[db.JobReplayGetForRequestRow]
 	lock     *txn.Step[db.JobLockForReplayRow]
 	again    *txn.Step[db.JobReplayGetForRequestAfterSourceLockRow]
@@ -45,24 +37,22 @@ type attempt struct {
 // sendAttempt sends one attempt of the protocol in one round trip: [BEGIN
 // READ COMMITTED,] the lineage lookup (with the isolation probe), the
 // source lock, the second lookup, the classification read, the insert[,
-// COMMIT]. Each statement after the first runs only on the branch the ones
-// before it took (guarded in SQL by runledger.replay): a lookup hit turns
-// off everything after it; a lock miss turns off the second lookup and the
-// insert, a lock hit the classification read; a second-lookup hit turns
-// off the insert. A guarded-off statement reads nothing and locks no row.
-// Each runs with its own READ COMMITTED snapshot, taken after the one
-// before it finished, lock waits included.
+// COMMIT]. Every statement runs; each one's guard is in the data, so that
+// it is right on whatever connection runs it (on Citus, the tenant's
+// worker): the source lock takes only an eligible source without lineage
+// for the request, and the insert writes only for such a source, which it
+// locks itself. Each statement runs with its own READ COMMITTED snapshot,
+// taken after the one before it finished, lock waits included.
 func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*attempt, error) {
 	replayID, err := uuid.NewV7()
 	if err != nil {
 		return nil, errs.JobIDFailed.New("generate replay job id: " + err.Error())
 	}
-	a := &attempt{token: strconv.FormatUint(lockTokens.Add(1), 36), replayID: replayID}
+	a := &attempt{replayID: replayID}
 	// The replay's job type is the source's, unknown until the lock: one
 	// limiter key for every replay.
 	notify := wake.Due(replayWakeKey)
-	org := req.Scope.OrganizationIDPtr()
-	missing := a.token + "/missing"
+	org := rows.Tenant(req.Scope)
 	c := call(req, n)
 
 	lookupOp := "load existing job replay"
@@ -72,50 +62,68 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 	b := s.Batch(ctx)
 	a.lookup = txn.Queue(b, lookupOp, func(q db.DBTX) (db.JobReplayGetForRequestRow, error) {
 		return queries.JobReplayGetForRequest(ctx, q, db.JobReplayGetForRequestParams{
-			SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber, ReplayRequestKey: req.Key,
-			OrganizationID: org, Reason: req.Reason, Token: a.token,
+			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber,
+			ReplayRequestKey: req.Key, Reason: req.Reason,
 		})
 	})
-	lookupMissed := func() bool { return a.lookup.Row() && a.lookup.Val.Marker == missing }
+	lookupMissed := func() bool { return a.lookup.Row() && a.lookup.Val.ReplayJobID == nil }
+	lockMissed := func() bool { return lookupMissed() && !a.lock.Row() }
 	if n == 1 {
 		b.PointIf(fpAfterLookup, c, lookupMissed)
 	}
 	b.PointIf(fpBeforeSourceLock, c, lookupMissed)
 	a.lock = txn.Queue(b, "lock successful job replay source", func(q db.DBTX) (db.JobLockForReplayRow, error) {
 		return queries.JobLockForReplay(ctx, q, db.JobLockForReplayParams{
-			ID: req.SourceJobID, OrganizationID: org, ExpectedRunNumber: req.ExpectedRunNumber, Token: a.token,
+			OrganizationID: org, ID: req.SourceJobID, ExpectedRunNumber: req.ExpectedRunNumber, ReplayRequestKey: req.Key,
 		})
 	})
+	b.PointIf(fpAfterLockMiss, c, lockMissed)
 	a.again = txn.Queue(b, "load existing job replay", func(q db.DBTX) (db.JobReplayGetForRequestAfterSourceLockRow, error) {
 		return queries.JobReplayGetForRequestAfterSourceLock(ctx, q, db.JobReplayGetForRequestAfterSourceLockParams{
-			SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber, ReplayRequestKey: req.Key,
-			OrganizationID: org, Reason: req.Reason, Token: a.token,
+			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber,
+			ReplayRequestKey: req.Key, Reason: req.Reason,
 		})
 	})
 	a.classify = txn.Queue(b, "read successful job replay mismatch", func(q db.DBTX) (db.JobGetForReplayClassificationRow, error) {
 		return queries.JobGetForReplayClassification(ctx, q, db.JobGetForReplayClassificationParams{
-			ID: req.SourceJobID, OrganizationID: org, RunIf: &missing,
+			OrganizationID: org, ExpectedRunNumber: req.ExpectedRunNumber, ID: req.SourceJobID,
 		})
 	})
-	b.PointIf(fpAfterLockMiss, c, func() bool { return lookupMissed() && !a.lock.Row() })
+	b.PointIf(fpAfterClassification, c, func() bool { return lockMissed() && !a.again.Row() })
 	b.PointIf(fpAfterSourceLock, c, func() bool { return a.lock.Row() && !a.again.Row() })
 	a.insert = txn.Queue(b, "record successful job replay", func(q db.DBTX) (db.JobReplayInsertRow, error) {
 		return queries.JobReplayInsert(ctx, q, db.JobReplayInsertParams{
-			SourceJobID: req.SourceJobID, ReplayJobID: replayID, ReplayRequestKey: req.Key, Reason: req.Reason, Token: a.token,
-			Notify: notify,
+			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber,
+			ReplayRequestKey: req.Key, ReplayJobID: replayID, Reason: req.Reason, Notify: notify,
 		})
 	})
 	b.PointIf(fpAfterInsert, c, func() bool { return a.insert.Row() })
 	b.Commit(ctx)
 	if err := b.Send(ctx); err != nil {
+		if a.insert.Reached() && isUniqueViolation(a.insert.Err) {
+			return nil, errLineageRace
+		}
 		return nil, err
 	}
 	return a, nil
 }
 
+// errLineageRace is sendAttempt's report of an insert that lost a race:
+// it waited for the source behind a concurrent replay of the same request,
+// which committed the lineage first (the insert's snapshot predates that
+// commit). Nothing of this attempt stands; run retries an owned
+// transaction, and a caller's transaction must be rolled back.
+var errLineageRace = errors.New("replay: a concurrent replay of the request committed its lineage first")
+
+// isUniqueViolation reports a unique violation: only the lineage's can
+// arise in the insert (its job id is fresh).
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
 // decide turns an attempt's results into the outcome, or asks for another
-// attempt. It checks that the guards held: a statement the marker turned
-// off returned nothing.
+// attempt. It checks the invariants the statements' guards promise.
 func decide(ctx context.Context, s *txn.Session, req Request, a *attempt) (out Outcome, retry bool, err error) {
 	if !a.lookup.Row() { // the statement always returns one row
 		return nil, false, errs.Invariant("lineage lookup returned no row")
@@ -125,7 +133,7 @@ func decide(ctx context.Context, s *txn.Session, req Request, a *attempt) (out O
 	case !txn.IsReadCommitted(l.Isolation) && s.Owned():
 		return nil, false, errs.Invariantf("owned replay transaction runs at %s, not READ COMMITTED", l.Isolation)
 	case !txn.IsReadCommitted(l.Isolation):
-		if a.lock.Row() || a.again.Row() || a.classify.Row() || a.insert.Row() {
+		if a.lock.Row() || a.again.Row() || a.insert.Row() {
 			return nil, false, errs.Invariant("replay statements ran under a refused isolation level")
 		}
 		return nil, false, txn.CheckIsolation(l.Isolation, txOperation, errs.ReplayUnsupportedIsolation)
@@ -135,35 +143,41 @@ func decide(ctx context.Context, s *txn.Session, req Request, a *attempt) (out O
 		return nil, false, err
 	}
 	if found != nil {
-		if l.Marker != a.token+"/found" || a.lock.Row() || a.again.Row() || a.classify.Row() || a.insert.Row() {
-			return nil, false, errs.Invariant("replay statements ran after a lineage hit")
+		// Lineage committed before the lookup's snapshot is seen by every
+		// later statement: none may lock the source or insert.
+		if a.lock.Row() || a.insert.Row() {
+			return nil, false, errs.Invariant("replay statements locked or inserted after a lineage hit")
 		}
 		out, err := existingOutcome(req, *found)
 		return out, false, err
 	}
-	if a.lock.Row() {
-		locked := a.lock.Val
-		switch {
-		case locked.WorkflowManaged:
-			return nil, false, errs.Invariant("locked replay source is workflow-managed")
-		case locked.Marker != a.token+"/locked":
-			return nil, false, errs.Invariant("source lock marker holds another attempt's token")
-		case a.classify.Row():
-			return nil, false, errs.Invariant("classification read ran although the source lock succeeded")
-		}
+	if a.insert.Row() {
 		if a.again.Row() {
-			if a.insert.Row() {
-				return nil, false, errs.Invariant("replay inserted although the second lookup found lineage")
-			}
-			v := a.again.Val
-			out, err := existingOutcome(req, lineage{replayJobID: v.ReplayJobID, reason: v.Reason, status: v.ReplayStatus, runNumber: v.ReplayRunNumber})
-			return out, false, err
+			return nil, false, errs.Invariant("replay inserted although the second lookup found lineage")
 		}
-		out, err := inserted(s, req, a, locked)
+		out, err := inserted(s, req, a)
 		return out, false, err
 	}
-	if a.again.Row() || a.insert.Row() {
-		return nil, false, errs.Invariant("replay statements ran although the source lock missed")
+	if a.again.Row() {
+		// A concurrent replay of the request committed its lineage after
+		// the first lookup: while this attempt waited for the source, or
+		// before its locking read.
+		v := a.again.Val
+		out, err := existingOutcome(req, lineage{replayJobID: v.ReplayJobID, reason: v.Reason, status: v.ReplayStatus, runNumber: v.ReplayRunNumber})
+		return out, false, err
+	}
+	if a.lock.Row() {
+		// Locked, no lineage, and the insert wrote nothing: the definition
+		// is missing or disabled, or a workflow step took the source since
+		// the lock (a step's foreign key does not wait for it).
+		actual, err := reclassify(ctx, s, req)
+		if err != nil {
+			return nil, false, err
+		}
+		if actual != nil && actual.WorkflowManaged {
+			return nil, false, errs.WorkflowManaged.New("workflow managed job requeue is not supported")
+		}
+		return nil, false, errs.DefinitionUnavailableFor(a.lock.Val.JobType)
 	}
 	var actual *db.JobGetForReplayClassificationRow
 	if a.classify.Row() {
@@ -190,6 +204,9 @@ func decide(ctx context.Context, s *txn.Session, req Request, a *attempt) (out O
 	case actual.WorkflowManaged:
 		return nil, false, errs.WorkflowManaged.New("workflow managed job requeue is not supported")
 	}
+	// Eligible to the classification read, but neither the locking read
+	// nor the insert took it: the row changed between the statements (or
+	// its definition is unavailable, which the next attempt's lock tells).
 	return nil, true, nil
 }
 
@@ -201,7 +218,7 @@ func eligible(req Request, j db.JobGetForReplayClassificationRow) bool {
 // own (unguarded); nil when there is no such job in the caller's scope.
 func reclassify(ctx context.Context, s *txn.Session, req Request) (*db.JobGetForReplayClassificationRow, error) {
 	row, err := queries.JobGetForReplayClassification(ctx, s.DB(), db.JobGetForReplayClassificationParams{
-		ID: req.SourceJobID, OrganizationID: req.Scope.OrganizationIDPtr(),
+		OrganizationID: rows.Tenant(req.Scope), ExpectedRunNumber: req.ExpectedRunNumber, ID: req.SourceJobID,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -212,21 +229,15 @@ func reclassify(ctx context.Context, s *txn.Session, req Request) (*db.JobGetFor
 	return &row, nil
 }
 
-// inserted checks the insert of an attempt that locked the source and
-// found no lineage after the lock.
-func inserted(s *txn.Session, req Request, a *attempt, source db.JobLockForReplayRow) (Outcome, error) {
-	if !a.insert.Row() {
-		// Nothing was written: the statement inserts only through an
-		// enabled definition.
-		return nil, errs.DefinitionUnavailableFor(source.JobType)
-	}
+// inserted checks the insert of an attempt that wrote the replay.
+func inserted(s *txn.Session, req Request, a *attempt) (Outcome, error) {
 	row := a.insert.Val
 	committed := ""
 	if s.Owned() {
 		committed = " (the transaction committed)"
 	}
 	switch {
-	case row.ID != a.replayID || row.SourceJobID != source.ID || row.SourceRunNumber != source.RunNumber:
+	case row.ID != a.replayID || row.SourceJobID != req.SourceJobID || row.SourceRunNumber != req.ExpectedRunNumber:
 		return nil, errs.Invariant("replay insert returned another job or source than requested" + committed)
 	case row.Status != db.JobStatusPENDING || row.RunNumber != 1:
 		return nil, errs.Invariantf("new replay job is %s at run %d, want PENDING at run 1%s", row.Status, row.RunNumber, committed)

@@ -242,7 +242,7 @@ type BulkChunk struct {
 // (job.replay_bulk_chunk_invalid, job.replay_bulk_rate_invalid). A Stream
 // is not read: its sources are checked as the action reads them.
 func (r BulkRequest) Validate() error {
-	if err := (Request{Key: r.Key, Reason: r.Reason}).Validate(); err != nil {
+	if err := (Request{Scope: r.Scope, Key: r.Key, Reason: r.Reason}).Validate(); err != nil {
 		return err
 	}
 	n := 0

@@ -17,6 +17,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -88,7 +89,7 @@ func BenchmarkBulkReplay(b *testing.B) {
 	} {
 		var args []any
 		if strings.Contains(stmt, "$1") {
-			args = []any{org.OrganizationIDPtr(), n}
+			args = []any{testdb.Tenant(org), n}
 		}
 		if _, err := pool.Exec(ctx, stmt, args...); err != nil {
 			b.Fatalf("seed: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
+	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 )
 
@@ -53,7 +54,7 @@ func sourcesOf(list []Source) iter.Seq2[Source, error] {
 func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (bulk.Done[Source, BulkResult], error) {
 	var none bulk.Done[Source, BulkResult]
 	s := c.Session
-	org := b.req.Scope.OrganizationIDPtr()
+	org := rows.Tenant(b.req.Scope)
 	if b.req.Filter == nil {
 		seen := make(map[uuid.UUID]struct{}, len(sources))
 		for _, src := range sources {
@@ -98,6 +99,9 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 			}
 			b.found(&results[i], *row.ReplayJobID, *row.Reason)
 		case row.Locked:
+			if row.JobType == nil {
+				return none, errs.Invariant("bulk source lock locked a source without its job type")
+			}
 			lockedAt = append(lockedAt, i)
 		default:
 			classifyAt = append(classifyAt, i)
@@ -113,9 +117,13 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 	if len(lockedAt) > 0 {
 		lockedIDs := make([]uuid.UUID, len(lockedAt))
 		lockedRuns := make([]int32, len(lockedAt))
+		lockedTypes := make([]string, len(lockedAt))
 		newIDs = make([]uuid.UUID, len(lockedAt))
 		for k, i := range lockedAt {
 			lockedIDs[k], lockedRuns[k] = ids[i], runs[i]
+			if t := lock.Val[i].JobType; t != nil {
+				lockedTypes[k] = *t
+			}
 			var err error
 			if newIDs[k], err = uuid.NewV7(); err != nil {
 				return none, errs.JobIDFailed.New("generate replay job id: " + err.Error())
@@ -123,8 +131,8 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		}
 		insert = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkInsertRow, error) {
 			return queries.JobReplayBulkInsert(ctx, q, db.JobReplayBulkInsertParams{
-				SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
-				ReplayRequestKey: b.req.Key, Reason: b.req.Reason, Notify: !b.req.DryRun,
+				OrganizationID: org, SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
+				JobTypes: lockedTypes, ReplayRequestKey: b.req.Key, Reason: b.req.Reason, Notify: !b.req.DryRun,
 			})
 		})
 	}
@@ -205,28 +213,11 @@ func (b *bulkAction) page(ctx context.Context, s *txn.Session, q bulk.PageQuery)
 			return countSelection(ctx, d, b.req, q.Until)
 		})
 	}
-	// Both scopes' statements return the same columns; each has its own
-	// statement so that it matches its index.
-	st := txn.Queue(bt, "select bulk job replay sources", func(d db.DBTX) ([]pageRow, error) {
-		var out []pageRow
-		if org := b.req.Scope.OrganizationIDPtr(); org != nil {
-			rs, err := queries.JobListSucceededForReplayOrg(ctx, d, db.JobListSucceededForReplayOrgParams{
-				JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: q.Until,
-				AfterFinishedAt: afterAt, AfterID: afterID, ReplayRequestKey: b.req.Key, MaxJobs: int32(q.Max),
-			})
-			for _, r := range rs {
-				out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt, r.SelectionUntil})
-			}
-			return out, err
-		}
-		rs, err := queries.JobListSucceededForReplayGlobal(ctx, d, db.JobListSucceededForReplayGlobalParams{
-			JobType: f.JobType, Since: f.SucceededSince, Until: q.Until,
+	st := txn.Queue(bt, "select bulk job replay sources", func(d db.DBTX) ([]db.JobListSucceededForReplayRow, error) {
+		return queries.JobListSucceededForReplay(ctx, d, db.JobListSucceededForReplayParams{
+			JobType: f.JobType, OrganizationID: rows.Tenant(b.req.Scope), Since: f.SucceededSince, Until: q.Until,
 			AfterFinishedAt: afterAt, AfterID: afterID, ReplayRequestKey: b.req.Key, MaxJobs: int32(q.Max),
 		})
-		for _, r := range rs {
-			out = append(out, pageRow{r.ID, r.RunNumber, r.FinishedAt, r.SelectionUntil})
-		}
-		return out, err
 	})
 	if err := bt.Send(ctx); err != nil {
 		return page, err
@@ -236,20 +227,11 @@ func (b *bulkAction) page(ctx context.Context, s *txn.Session, q bulk.PageQuery)
 	}
 	page.Sources = make([]Source, 0, len(st.Val))
 	for _, r := range st.Val {
-		page.Sources = append(page.Sources, Source{JobID: r.id, ExpectedRunNumber: r.run})
-		page.Next = bulk.Cursor{At: r.finishedAt, ID: r.id}
-		page.Until = r.until
+		page.Sources = append(page.Sources, Source{JobID: r.ID, ExpectedRunNumber: r.RunNumber})
+		page.Next = bulk.Cursor{At: r.FinishedAt, ID: r.ID}
+		page.Until = r.SelectionUntil
 	}
 	return page, nil
-}
-
-// pageRow is one source a filter page selected, with the upper bound the
-// page used.
-type pageRow struct {
-	id         uuid.UUID
-	run        int32
-	finishedAt time.Time
-	until      time.Time
 }
 
 // countSelection counts the request's filter selection from the start,
@@ -260,19 +242,10 @@ func countSelection(ctx context.Context, q db.DBTX, req BulkRequest, until *time
 	if f.Limit > 0 && f.Limit < math.MaxInt32 {
 		max = int32(f.Limit)
 	}
-	var n int64
-	var err error
-	if org := req.Scope.OrganizationIDPtr(); org != nil {
-		n, err = queries.JobCountSucceededForReplayOrg(ctx, q, db.JobCountSucceededForReplayOrgParams{
-			JobType: f.JobType, OrganizationID: org, Since: f.SucceededSince, Until: until,
-			ReplayRequestKey: req.Key, MaxJobs: max,
-		})
-	} else {
-		n, err = queries.JobCountSucceededForReplayGlobal(ctx, q, db.JobCountSucceededForReplayGlobalParams{
-			JobType: f.JobType, Since: f.SucceededSince, Until: until,
-			ReplayRequestKey: req.Key, MaxJobs: max,
-		})
-	}
+	n, err := queries.JobCountSucceededForReplay(ctx, q, db.JobCountSucceededForReplayParams{
+		JobType: f.JobType, OrganizationID: rows.Tenant(req.Scope), Since: f.SucceededSince, Until: until,
+		ReplayRequestKey: req.Key, MaxJobs: max,
+	})
 	return int(n), err
 }
 
@@ -289,12 +262,12 @@ func (b *bulkAction) found(r *BulkResult, replayID uuid.UUID, reason string) {
 
 // inserted sets the results of the locked sources from the insert's rows
 // (one per locked source, in order) and checks what was written.
-func (b *bulkAction) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID, rows []db.JobReplayBulkInsertRow) error {
-	if len(rows) != len(lockedAt) {
-		return errs.Invariantf("bulk replay insert returned %d rows for %d locked sources", len(rows), len(lockedAt))
+func (b *bulkAction) inserted(results []BulkResult, lockedAt []int, newIDs []uuid.UUID, inserts []db.JobReplayBulkInsertRow) error {
+	if len(inserts) != len(lockedAt) {
+		return errs.Invariantf("bulk replay insert returned %d rows for %d locked sources", len(inserts), len(lockedAt))
 	}
 	n := int64(0)
-	for k, row := range rows {
+	for k, row := range inserts {
 		r := &results[lockedAt[k]]
 		switch {
 		case row.SourceJobID != r.SourceJobID || row.SourceRunNumber != r.SourceRunNumber:
@@ -313,7 +286,7 @@ func (b *bulkAction) inserted(results []BulkResult, lockedAt []int, newIDs []uui
 			r.Result = BulkDefinitionUnavailable
 		}
 	}
-	if first := rows[0]; first.InsertedCount != n || first.PendingCount != n || first.EventCount != n || first.LineageCount != n {
+	if first := inserts[0]; first.InsertedCount != n || first.PendingCount != n || first.EventCount != n || first.LineageCount != n {
 		return errs.Invariantf("bulk replay insert wrote %d jobs (%d PENDING at run 1, queued), %d events and %d lineage rows for %d replays",
 			first.InsertedCount, first.PendingCount, first.EventCount, first.LineageCount, n)
 	}

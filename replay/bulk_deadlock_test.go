@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -100,6 +101,21 @@ func TestBulkChunkDeadlockedByACallerRunsAgain(t *testing.T) {
 		}()
 		testdb.WaitBlocked(t, admin, caller.PgConn().PID())
 	}, mine)()
+	// The chunk's second run begins only once the caller has committed:
+	// rolled back, the first run frees the source the caller waits for,
+	// and a second run starting at once could take it first (a waiter
+	// woken by the abort has no precedence over a newcomer) and deadlock
+	// again.
+	var theirs replayed
+	begins := 0
+	defer failpoint.EnableFor(txn.FailpointAfterBegin, func(ctx context.Context, arg any) {
+		if c, ok := arg.(txn.FailpointCall); !ok || c.Op != replay.BulkOperation {
+			return
+		}
+		if begins++; begins == 2 {
+			theirs = <-callerDone
+		}
+	}, mine)()
 
 	var chunkAttempts []int
 	var results []replay.BulkResult
@@ -112,19 +128,18 @@ func TestBulkChunkDeadlockedByACallerRunsAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Bulk: %s", testdb.Detail(err))
 	}
-	got := <-callerDone
-	if got.err != nil {
-		t.Fatalf("the caller's replay: %s", testdb.Detail(got.err))
+	if theirs.err != nil || begins < 2 {
+		t.Fatalf("the caller's replay (chunk begun %d times): %s", begins, testdb.Detail(theirs.err))
 	}
-	theirs := testdb.MustReplayed(t)(got.out, nil)
+	won := testdb.MustReplayed(t)(theirs.out, nil)
 	if attempts != 2 || len(chunkAttempts) != 1 || chunkAttempts[0] != 2 {
 		t.Fatalf("the chunk's lock ran %d times, reported attempts %v: want the deadlocked chunk run again (2)", attempts, chunkAttempts)
 	}
 	if sum != (replay.BulkSummary{Selected: 5, Inserted: 4, Existing: 1}) {
 		t.Fatalf("summary %+v, want 4 inserted and the caller's replay existing", sum)
 	}
-	if r := results[2]; r.Result != replay.BulkExisting || r.ReplayJobID == nil || *r.ReplayJobID != theirs.Replay.JobID {
-		t.Fatalf("the contested source: %+v, want existing as the caller's replay %s", r, theirs.Replay.JobID)
+	if r := results[2]; r.Result != replay.BulkExisting || r.ReplayJobID == nil || *r.ReplayJobID != won.Replay.JobID {
+		t.Fatalf("the contested source: %+v, want existing as the caller's replay %s", r, won.Replay.JobID)
 	}
 	assertReplayedOnce(t, admin, key, ids)
 }

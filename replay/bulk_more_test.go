@@ -187,7 +187,7 @@ func TestBulkFilterStaysInItsScope(t *testing.T) {
 		}
 		if n := testdb.Scalar[int64](t, pool, `
 			SELECT count(*) FROM job_replays jr JOIN job_queue s ON s.id = jr.source_job_id
-			WHERE jr.replay_request_key = 'scoped' AND s.organization_id IS DISTINCT FROM $1`, tc.scope.OrganizationIDPtr()); n != 0 {
+			WHERE jr.replay_request_key = 'scoped' AND s.organization_id <> $1`, testdb.Tenant(tc.scope)); n != 0 {
 			t.Fatalf("%s: %d replays of other scopes' jobs", tc.name, n)
 		}
 		testdb.Exec(t, pool, `DELETE FROM job_replays WHERE replay_request_key = 'scoped'`)

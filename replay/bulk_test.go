@@ -35,7 +35,7 @@ func seedSucceeded(t testing.TB, q testdb.Querier, scope runledger.Scope, jobTyp
 		SELECT id, $2, $3, jsonb_build_object('n', ord), 'SUCCEEDED', 77, 1, 1, 5, 123, 'completed',
 		       $4::timestamptz - interval '1 second', $4::timestamptz, 'res-' || ord
 		FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, ord)`,
-		ids, jobType, scope.OrganizationIDPtr(), finished)
+		ids, jobType, testdb.Tenant(scope), finished)
 	return ids
 }
 
@@ -112,7 +112,7 @@ func seedWithID(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, org *uuid.UUID, 
 		    max_attempts, timeout_seconds, stage, started_at, finished_at, execution_resource_key, worker_id)
 		VALUES ($1, $2, $3, '{"to":"a@example.com","n":[1,2,3]}', $4::job_status, 77, $5, 1, 5, 123, 'completed',
 		    now() - interval '2 minutes', now() - interval '1 minute', 'res-x', 'worker-1')`,
-		id, jobType, org, status, run)
+		id, jobType, testdb.Tenant(runledger.ScopeOf(org)), status, run)
 }
 
 var parityScenarios = []parityScenario{
@@ -155,8 +155,7 @@ var parityScenarios = []parityScenario{
 	}},
 	{"workflow-managed", replay.BulkWorkflowManaged, func(t *testing.T, pool *pgxpool.Pool, id, org uuid.UUID) replay.Source {
 		seedWithID(t, pool, id, &org, "email", "SUCCEEDED", 1)
-		testdb.Exec(t, pool, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf') ON CONFLICT DO NOTHING`, org)
-		testdb.Exec(t, pool, `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES ($1, $2, $2::text::uuid)`, org, id.String())
+		testdb.OwnByWorkflowStep(t, pool, id)
 		return replay.Source{JobID: id, ExpectedRunNumber: 1}
 	}},
 	{"disabled definition", replay.BulkDefinitionUnavailable, func(t *testing.T, pool *pgxpool.Pool, id, org uuid.UUID) replay.Source {

@@ -4,14 +4,15 @@ import "github.com/runledger-go/runledger/internal/bulk"
 
 // Names this package's tests use for its failpoints.
 const (
-	FailpointAfterLookup      = fpAfterLookup
-	FailpointBeforeSourceLock = fpBeforeSourceLock
-	FailpointAfterLockMiss    = fpAfterLockMiss
-	FailpointAfterSourceLock  = fpAfterSourceLock
-	FailpointBulkAfterSelect  = bulk.FailpointAfterSelect
-	FailpointBulkAfterLock    = fpBulkAfterLock
-	FailpointBulkAfterChunk   = bulk.FailpointAfterChunk
-	BulkOperation             = bulkOperation
+	FailpointAfterLookup         = fpAfterLookup
+	FailpointBeforeSourceLock    = fpBeforeSourceLock
+	FailpointAfterLockMiss       = fpAfterLockMiss
+	FailpointAfterClassification = fpAfterClassification
+	FailpointAfterSourceLock     = fpAfterSourceLock
+	FailpointBulkAfterSelect     = bulk.FailpointAfterSelect
+	FailpointBulkAfterLock       = fpBulkAfterLock
+	FailpointBulkAfterChunk      = bulk.FailpointAfterChunk
+	BulkOperation                = bulkOperation
 )
 
 // BulkCall is what the bulk failpoint hooks receive (Label is the key).

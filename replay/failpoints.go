@@ -18,12 +18,18 @@ const (
 	// fpBeforeSourceLock: the lookup of an attempt found nothing; the
 	// source lock is next.
 	fpBeforeSourceLock = "replay/before-source-lock"
-	// fpAfterLockMiss: the locking read found nothing and the
-	// classification read has run. When that read saw the source SUCCEEDED
-	// at the expected run but workflow-managed (the one verdict that ends
-	// in an error), it is read again in a statement of its own after the
-	// batch, and that read decides.
+	// fpAfterLockMiss: the lookup and the locking read of an attempt both
+	// found nothing; the second lookup, the classification read and the
+	// insert are next.
 	fpAfterLockMiss = "replay/after-lock-miss"
+	// fpAfterClassification: the locking read found nothing, the second
+	// lookup found no lineage, and the classification read has run; the
+	// insert, which re-checks the source and locks it itself, is next.
+	// When the classification saw the source SUCCEEDED at the expected run
+	// but workflow-managed (the one verdict that ends in an error), it is
+	// read again in a statement of its own after the batch, and that read
+	// decides.
+	fpAfterClassification = "replay/after-classification"
 	// fpAfterSourceLock: the source is locked and the second lookup found
 	// nothing; the insert is next.
 	fpAfterSourceLock = "replay/after-source-lock"
@@ -39,7 +45,7 @@ const (
 )
 
 func init() {
-	failpoint.Declare(fpAfterLookup, fpBeforeSourceLock, fpAfterLockMiss, fpAfterSourceLock, fpAfterInsert,
+	failpoint.Declare(fpAfterLookup, fpBeforeSourceLock, fpAfterLockMiss, fpAfterClassification, fpAfterSourceLock, fpAfterInsert,
 		fpBulkAfterLock)
 }
 

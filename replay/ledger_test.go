@@ -51,7 +51,7 @@ func completeJob(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.
 
 func mustScope(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) runledger.Scope {
 	t.Helper()
-	org := testdb.Scalar[*uuid.UUID](t, pool, `SELECT organization_id FROM job_queue WHERE id = $1`, id)
+	org := testdb.Scalar[*uuid.UUID](t, pool, `SELECT NULLIF(organization_id, '00000000-0000-0000-0000-000000000000') FROM job_queue WHERE id = $1`, id)
 	return runledger.ScopeOf(org)
 }
 

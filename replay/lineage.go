@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // Lineage reads. Both take any db.DBTX (a pool, a connection or a
@@ -48,9 +49,12 @@ func List(ctx context.Context, q db.DBTX, scope runledger.Scope, sourceID uuid.U
 	if limit < 1 || limit > maxListLimit {
 		return nil, false, errs.ListLimitInvalid.Newf("lineage page limit must be between 1 and %d, got %d", maxListLimit, page.Limit)
 	}
+	if err := validate.Scope(scope); err != nil {
+		return nil, false, err
+	}
 	q = txn.Wrap(q)
 	rs, err := queries.JobReplayListForSource(ctx, q, db.JobReplayListForSourceParams{
-		SourceJobID: sourceID, OrganizationID: scope.OrganizationIDPtr(), AfterReplayJobID: page.After, MaxReplays: int32(limit + 1),
+		SourceJobID: sourceID, OrganizationID: rows.Tenant(scope), AfterReplayJobID: page.After, MaxReplays: int32(limit + 1),
 	})
 	if err != nil {
 		return nil, false, dberr.Translate(ctx, "list job replays", err)
@@ -81,9 +85,12 @@ func List(ctx context.Context, q db.DBTX, scope runledger.Scope, sourceID uuid.U
 // ReplayStatus and ReplayRunNumber are left nil: read the job itself for
 // its state.
 func Origin(ctx context.Context, q db.DBTX, scope runledger.Scope, replayID uuid.UUID) (*runledger.ReplayLineage, error) {
+	if err := validate.Scope(scope); err != nil {
+		return nil, err
+	}
 	q = txn.Wrap(q)
 	r, err := queries.JobReplayGetForReplayJob(ctx, q, db.JobReplayGetForReplayJobParams{
-		ReplayJobID: replayID, OrganizationID: scope.OrganizationIDPtr(),
+		ReplayJobID: replayID, OrganizationID: rows.Tenant(scope),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := rows.RequireJob(ctx, q, scope, replayID); err != nil {
@@ -94,7 +101,7 @@ func Origin(ctx context.Context, q db.DBTX, scope runledger.Scope, replayID uuid
 	if err != nil {
 		return nil, dberr.Translate(ctx, "get job replay lineage", err)
 	}
-	l := record(r)
+	l := record(r.JobReplay)
 	return &l, nil
 }
 

@@ -37,6 +37,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -121,6 +122,15 @@ var queries = db.New()
 func run(ctx context.Context, s *txn.Session, req Request) (Outcome, error) {
 	for attempt := 1; attempt <= MaxSourceLockAttempts; attempt++ {
 		a, err := sendAttempt(ctx, s, req, attempt)
+		if errors.Is(err, errLineageRace) {
+			if !s.Owned() {
+				return nil, errs.Transient.New("a concurrent replay of the same request committed first: roll back and retry")
+			}
+			if err := s.Rollback(ctx); err != nil {
+				return nil, err
+			}
+			continue // the next attempt's lookup finds that replay
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -297,9 +297,7 @@ func TestWorkflowManagedSourceCannotBeReplayed(t *testing.T) {
 
 func ownBySingleStepWorkflow(t *testing.T, q testdb.Querier, jobID uuid.UUID) {
 	t.Helper()
-	run := uuid.New()
-	testdb.Exec(t, q, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf')`, run)
-	testdb.Exec(t, q, `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES ($1, 'only', $2)`, run, jobID)
+	testdb.OwnByWorkflowStep(t, q, jobID)
 }
 
 func TestDisabledOrMissingDefinitionRefusesTheReplayAndWritesNothing(t *testing.T) {

@@ -55,15 +55,19 @@ type Request struct {
 	Reason string
 }
 
-// Validate checks the request's key and reason without touching the
-// database, in this order, returning the first failure as a Validation
-// error: key blank after trimming Unicode white space
+// Validate checks the request's scope, key and reason without touching
+// the database, in this order, returning the first failure as a
+// Validation error: Organization(uuid.Nil) (job.organization_invalid), key
+// blank after trimming Unicode white space
 // (job.replay_request_key_blank), key holding a NUL byte or invalid UTF-8
 // (job.replay_request_key_invalid), key over runledger.MaxKeyBytes
 // (job.replay_request_key_too_long), then the same three for the reason
 // (job.replay_reason_blank, job.replay_reason_invalid,
 // job.replay_reason_too_long). Nothing is trimmed or changed.
 func (r Request) Validate() error {
+	if err := validate.Scope(r.Scope); err != nil {
+		return err
+	}
 	switch validate.Text(r.Key, runledger.MaxKeyBytes) {
 	case validate.Blank:
 		return errKeyBlank.New("job replay request key was blank")

@@ -157,3 +157,34 @@ func TestOwnedPathRollsBackOnErrorAndCommitsOutcomes(t *testing.T) {
 		t.Fatalf("%d jobs: the refused replay was not rolled back", n)
 	}
 }
+
+// The nil UUID stores the global scope: Organization(uuid.Nil) is refused
+// by every entry point before it touches the database (here a closed
+// pool, which any statement would fail on).
+func TestNilOrganizationIsRefusedBeforeTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	pool := testdb.ClosedPool(t)
+	nilOrg := runledger.Organization(uuid.Nil)
+	req := replay.Request{Scope: nilOrg, SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}
+	bulk := replay.BulkRequest{Scope: nilOrg, Key: "k", Reason: "r", Sources: []replay.Source{{JobID: req.SourceJobID, ExpectedRunNumber: 1}}}
+	calls := map[string]func() error{
+		"Validate":     func() error { return req.Validate() },
+		"SucceededJob": func() error { _, err := replay.SucceededJob(ctx, pool, req); return err },
+		"Bulk": func() error {
+			_, err := replay.Bulk(ctx, pool, bulk, func(replay.BulkChunk) error { return nil })
+			return err
+		},
+		"BulkCount": func() error { _, err := replay.BulkCount(ctx, pool, bulk); return err },
+		"List": func() error {
+			_, _, err := replay.List(ctx, pool, nilOrg, req.SourceJobID, replay.LineagePage{})
+			return err
+		},
+		"Origin": func() error { _, err := replay.Origin(ctx, pool, nilOrg, req.SourceJobID); return err },
+	}
+	for name, call := range calls {
+		if e := testdb.WantCode(t, call(), runledger.CodeOrganizationInvalid); e.Category != runledger.CategoryValidation {
+			t.Fatalf("%s: %+v", name, e)
+		}
+	}
+}

@@ -91,6 +91,7 @@ func exampleWorker(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
 	for _, inv := range []Invoice{{Number: 1042, To: "ap@example.com"}, {Number: 1043}} {

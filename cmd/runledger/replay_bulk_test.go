@@ -191,9 +191,7 @@ func testReplayBulkList(t *testing.T, c *cli) {
 	stale := b.seed(t, "email", scope, 1)[0]
 	otherTenant := b.seed(t, "email", runledger.Organization(uuid.New()), 1)[0]
 	managed := b.seed(t, "email", scope, 1)[0]
-	run := uuid.New()
-	testdb.Exec(t, b.pool, `INSERT INTO workflow_runs (id, workflow_type) VALUES ($1, 'wf')`, run)
-	testdb.Exec(t, b.pool, `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES ($1, 'only', $2)`, run, managed)
+	testdb.OwnByWorkflowStep(t, b.pool, managed)
 	disabled := b.seed(t, "email.off", scope, 1)[0]
 	testdb.Exec(t, b.pool, `UPDATE job_definitions SET is_enabled = false WHERE job_type = 'email.off'`)
 	missing := uuid.New()

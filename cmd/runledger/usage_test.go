@@ -115,6 +115,9 @@ func testUsageErrors(t *testing.T, c *cli) {
 		{"blank reason", []string{"replay", "--job", id, "--run", "1", "--key", "k", "--reason", ""}, "job.replay_reason_blank", "reason"},
 		{"blank worker", []string{"claim", "--worker", " "}, "job.worker_id_blank", "Worker"},
 		{"negative lease", []string{"claim", "--worker", "w", "--lease", "-5s"}, "job.lease_duration_invalid", "Lease"},
+		{"nil-UUID organization (replay)", []string{"replay", "--job", id, "--run", "1", "--key", "k", "--reason", "r", "--org", uuid.Nil.String()}, "job.organization_invalid", "nil UUID"},
+		{"nil-UUID organization (enqueue)", []string{"enqueue", "--type", "t", "--org", uuid.Nil.String()}, "job.organization_invalid", "nil UUID"},
+		{"nil-UUID organization (jobs show)", []string{"jobs", "show", id, "--org", uuid.Nil.String()}, "job.organization_invalid", "nil UUID"},
 		{"empty idempotency key", []string{"enqueue", "--type", "t", "--idempotency-key", ""}, "cli.invalid_argument", "--idempotency-key"},
 		{"bad database URL", []string{"migrate", "up", "--database-url", "postgres://%zz"}, "cli.database_url_invalid", "database URL"},
 	}

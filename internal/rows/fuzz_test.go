@@ -194,11 +194,13 @@ func FuzzJob(f *testing.F) {
 			}
 			return &v
 		}
+		// organization_id stores the global scope as the nil UUID.
 		var org *uuid.UUID
+		stored := uuid.Nil
 		if has(0) {
 			o := id
 			o[0] ^= 0xff
-			org = &o
+			org, stored = &o, o
 		}
 		var pct *float64
 		if has(1) {
@@ -212,7 +214,7 @@ func FuzzJob(f *testing.F) {
 			return payload
 		}
 		in := db.JobQueue{
-			ID: id, JobType: stage + status, OrganizationID: org, Payload: bs(2),
+			ID: id, JobType: stage + status, OrganizationID: stored, Payload: bs(2),
 			Status: db.JobStatus(status), Priority: n32, RunNumber: n32 ^ 1, Attempt: n32 ^ 2,
 			MaxAttempts: n32 ^ 3, TimeoutSeconds: n32 ^ 4, NextRunAt: at(0),
 			LeaseExpiresAt: atPtr(3, 1), LastHeartbeatAt: atPtr(4, 2), WorkerID: str(5, status),
@@ -237,7 +239,7 @@ func FuzzJob(f *testing.F) {
 		if string(out.Status) != status || string(out.Stage) != stage {
 			t.Fatalf("status/stage %q/%q became %q/%q", status, stage, out.Status, out.Stage)
 		}
-		if out.ID != in.ID || out.JobType != in.JobType || !samePtr(out.OrganizationID, in.OrganizationID) ||
+		if out.ID != in.ID || out.JobType != in.JobType || !samePtr(out.OrganizationID, org) ||
 			out.Priority != in.Priority || out.RunNumber != in.RunNumber || out.Attempt != in.Attempt ||
 			out.MaxAttempts != in.MaxAttempts || out.TimeoutSeconds != in.TimeoutSeconds ||
 			!samePtr(out.WorkerID, in.WorkerID) || !samePtr(out.ProgressDone, in.ProgressDone) ||
@@ -247,8 +249,8 @@ func FuzzJob(f *testing.F) {
 			!samePtr(out.ExecutionResourceKey, in.ExecutionResourceKey) {
 			t.Fatalf("a copied field changed:\n in  %+v\n out %+v", in, out)
 		}
-		if out.Scope() != runledger.ScopeOf(in.OrganizationID) {
-			t.Fatalf("scope %s, want %s", out.Scope(), runledger.ScopeOf(in.OrganizationID))
+		if out.Scope() != runledger.ScopeOf(org) {
+			t.Fatalf("scope %s, want %s", out.Scope(), runledger.ScopeOf(org))
 		}
 		checkJSON(t, "payload", in.Payload, out.Payload)
 		checkJSON(t, "checkpoint", in.Checkpoint, out.Checkpoint)

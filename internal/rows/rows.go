@@ -63,12 +63,41 @@ func ParseEventType(s string) (runledger.JobEventType, error) {
 	return "", invalidEventType.Newf("decode job event type: unknown value %q", s)
 }
 
+// The global scope is stored as the nil UUID in organization_id (NOT
+// NULL, so that every key and distribution can lead with it); Go sees it as
+// runledger.Global() and a nil Job.OrganizationID. The translation is here
+// and nowhere else.
+
+// Tenant returns what organization_id stores for scope: its organization,
+// or the nil UUID for the global scope.
+func Tenant(scope runledger.Scope) uuid.UUID {
+	org, _ := scope.OrganizationID()
+	return org
+}
+
+// ScopeOfTenant returns the scope an organization_id value stores.
+func ScopeOfTenant(tenant uuid.UUID) runledger.Scope {
+	if tenant == uuid.Nil {
+		return runledger.Global()
+	}
+	return runledger.Organization(tenant)
+}
+
+// orgPtr returns a stored organization_id as Job.OrganizationID: nil for
+// the global scope.
+func orgPtr(tenant uuid.UUID) *uuid.UUID {
+	if tenant == uuid.Nil {
+		return nil
+	}
+	return &tenant
+}
+
 // Job converts a job_queue row. Times become UTC.
 func Job(r db.JobQueue) (runledger.Job, error) {
 	return checked(runledger.Job{
 		ID:                   r.ID,
 		JobType:              r.JobType,
-		OrganizationID:       r.OrganizationID,
+		OrganizationID:       orgPtr(r.OrganizationID),
 		Payload:              rawJSON(r.Payload),
 		Status:               runledger.JobStatus(r.Status),
 		Priority:             r.Priority,
@@ -109,6 +138,9 @@ func JobJSON(raw []byte) (runledger.Job, error) {
 		return runledger.Job{}, errs.Invariantf("decode job row: %v", err)
 	}
 	j.Payload, j.Checkpoint, j.Output = nullJSON(j.Payload), nullJSON(j.Checkpoint), nullJSON(j.Output)
+	if j.OrganizationID != nil {
+		j.OrganizationID = orgPtr(*j.OrganizationID)
+	}
 	return checked(j)
 }
 
@@ -150,7 +182,7 @@ func All[R, T any](rs []R, convert func(R) (T, error)) ([]T, error) {
 // scope. A read whose list came back empty uses it to tell "nothing yet"
 // from "no such job in your scope". No lock.
 func RequireJob(ctx context.Context, q db.DBTX, scope runledger.Scope, id uuid.UUID) error {
-	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: scope.OrganizationIDPtr()})
+	_, err := queries.JobGetByID(ctx, q, db.JobGetByIDParams{ID: id, OrganizationID: Tenant(scope)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return JobNotFound(id, scope)
 	}

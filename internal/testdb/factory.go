@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -73,7 +74,7 @@ func Seed(t testing.TB, q Querier, s Source) uuid.UUID {
 		VALUES ($1, $2, $3, $4::jsonb, $5::job_status, $6, $7, 1, $8, $9, 'completed', 8, 8,
 		    '{"cursor":8}', '{"sent":true}', 'worker-1', now() - interval '2 minutes',
 		    now() - interval '1 minute', $10, $11::jsonb, $12, now() - interval '1 hour')`,
-		id, s.JobType, s.Scope.OrganizationIDPtr(), s.Payload, s.Status, s.Priority, s.Run,
+		id, s.JobType, Tenant(s.Scope), s.Payload, s.Status, s.Priority, s.Run,
 		s.MaxAttempts, s.TimeoutSeconds, s.IdempotencyKey, request, s.ResourceKey)
 	return id
 }
@@ -158,15 +159,17 @@ func LeaseJob(t testing.TB, ctx context.Context, pool *pgxpool.Pool, id uuid.UUI
 }
 
 // CompleteRequest is the request that completes leased job j under its
-// lease, with no output.
+// lease, in j's scope as a worker sends it, with no output.
 func CompleteRequest(j runledger.Job) jobs.CompleteRequest {
-	return jobs.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID}
+	scope := j.Scope()
+	return jobs.CompleteRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID}
 }
 
-// FailRequest is the request that fails leased job j under its lease, with
-// error smtp.down.
+// FailRequest is the request that fails leased job j under its lease, in
+// j's scope, with error smtp.down.
 func FailRequest(j runledger.Job) jobs.FailRequest {
-	return jobs.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID,
+	scope := j.Scope()
+	return jobs.FailRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID,
 		ErrorCode: "smtp.down", ErrorMessage: "connection refused"}
 }
 
@@ -177,4 +180,20 @@ func IDs(js []runledger.Job) []uuid.UUID {
 		out[i] = j.ID
 	}
 	return out
+}
+
+// Tenant is what organization_id stores for scope (the nil UUID for
+// Global), for tests that write or compare it in SQL.
+func Tenant(scope runledger.Scope) uuid.UUID { return rows.Tenant(scope) }
+
+// OwnByWorkflowStep makes a workflow run of one step, in the job's
+// tenant, whose step owns the job; it returns the run's id.
+func OwnByWorkflowStep(t testing.TB, q Querier, jobID uuid.UUID) uuid.UUID {
+	t.Helper()
+	run := uuid.New()
+	Exec(t, q, `INSERT INTO workflow_runs (id, organization_id, workflow_type)
+		SELECT $1, organization_id, 'wf' FROM job_queue WHERE id = $2`, run, jobID)
+	Exec(t, q, `INSERT INTO workflow_steps (organization_id, workflow_run_id, step_key, job_id)
+		SELECT organization_id, $1, 'only', id FROM job_queue WHERE id = $2`, run, jobID)
+	return run
 }

@@ -121,4 +121,20 @@ func (s *Session) End(ctx context.Context) {
 	c.Release()
 }
 
+// Rollback ends an owned session's failed or open transaction so that the
+// next Batch begins a new one on the same connection (a retry). A joined
+// session's transaction is the caller's: Rollback does nothing there. When
+// the rollback fails the connection is given up and the error returned.
+func (s *Session) Rollback(ctx context.Context) error {
+	if s.pooled == nil || !s.open {
+		return nil
+	}
+	s.open = false
+	if err := queries.TransactionRollback(ctx, s.pooled); err != nil {
+		s.discard = true
+		return dberr.Translate(ctx, "roll back "+s.op+" transaction", err)
+	}
+	return nil
+}
+
 var queries = db.New()

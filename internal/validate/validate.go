@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/errs"
 )
@@ -54,4 +56,22 @@ func ExecutionResourceKey(key string) error {
 			"execution resource key is blank, holds NUL or invalid UTF-8, or is %d bytes long", len(key))
 	}
 	return nil
+}
+
+var invalidOrganization = errs.Validation(runledger.CodeOrganizationInvalid,
+	"Organization id must not be the nil UUID.")
+
+// Scope refuses runledger.Organization(uuid.Nil): the nil UUID stores the
+// global scope, so accepting it would act in Global under another name.
+func Scope(s runledger.Scope) error {
+	if id, ok := s.OrganizationID(); ok && id == uuid.Nil {
+		return invalidOrganization.New("the organization id is the nil UUID, which stores the global scope")
+	}
+	return nil
+}
+
+// OrganizationID is Scope for a job's nullable organization_id: nil is
+// the global scope, a pointer to the nil UUID is refused.
+func OrganizationID(id *uuid.UUID) error {
+	return Scope(runledger.ScopeOf(id))
 }

@@ -247,7 +247,7 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		     execution_resource_key, created_at, finished_at)
 		 SELECT gen_random_uuid(),
 		        'type-' || (1 + n % 10),
-		        CASE WHEN n % 51 = 0 THEN NULL ELSE ('00000000-0000-4000-8000-' || lpad(to_hex(n % 51), 12, '0'))::uuid END,
+		        CASE WHEN n % 51 = 0 THEN '00000000-0000-0000-0000-000000000000'::uuid ELSE ('00000000-0000-4000-8000-' || lpad(to_hex(n % 51), 12, '0'))::uuid END,
 		        jsonb_build_object('n', n),
 		        s.status::job_status,
 		        50 + n % 100,
@@ -267,41 +267,43 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		 CROSS JOIN LATERAL (SELECT (ARRAY['PENDING','PENDING','PENDING','LEASED','SUCCEEDED','SUCCEEDED',
 		     'SUCCEEDED','SUCCEEDED','DEAD_LETTERED','CANCELED'])[1 + n % 10] AS status) s`,
 		// Three events per job.
-		`INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, payload, occurred_at)
-		 SELECT id, run_number, e.attempt, e.type::job_event_type, 'queued', '{}', created_at + make_interval(secs => e.n)
+		`INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload, occurred_at)
+		 SELECT organization_id, id, run_number, e.attempt, e.type::job_event_type, 'queued', '{}', created_at + make_interval(secs => e.n)
 		 FROM job_queue
 		 CROSS JOIN (VALUES (1, NULL::int, 'ENQUEUED'), (2, 1, 'LEASED'), (3, 1, 'HEARTBEAT')) AS e(n, attempt, type)`,
 		`ANALYZE job_queue`,
 		// Lineage: about half of the succeeded jobs were replayed, by a
 		// pending job of the same scope.
 		`WITH sources AS (
-		     SELECT id, run_number, coalesce(organization_id, '00000000-0000-0000-0000-000000000000') AS scope,
+		     SELECT id, run_number, organization_id AS scope,
 		            row_number() OVER (ORDER BY id) AS r
 		     FROM job_queue WHERE status = 'SUCCEEDED'),
 		 replays AS (
-		     SELECT id, coalesce(organization_id, '00000000-0000-0000-0000-000000000000') AS scope,
+		     SELECT id, organization_id AS scope,
 		            row_number() OVER (PARTITION BY organization_id ORDER BY id) AS k
 		     FROM job_queue WHERE status = 'PENDING' AND idempotency_key IS NULL),
 		 pairs AS (
-		     SELECT s.id AS source_id, s.run_number, rp.id AS replay_id
+		     SELECT s.scope, s.id AS source_id, s.run_number, rp.id AS replay_id
 		     FROM (SELECT *, row_number() OVER (PARTITION BY scope ORDER BY id) AS k FROM sources WHERE r % 2 = 0) s
 		     JOIN replays rp ON rp.scope = s.scope AND rp.k = s.k)
-		 INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-		 SELECT source_id, run_number, 'replay-' || replay_id, replay_id, 'audit' FROM pairs`,
+		 INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+		 SELECT scope, source_id, run_number, 'replay-' || replay_id, replay_id, 'audit' FROM pairs`,
 		`ANALYZE job_replays`,
 		// Workflows owning some pending jobs.
 		`INSERT INTO workflow_runs (id, workflow_type) SELECT ('00000000-0000-4000-9000-' || lpad(to_hex(n), 12, '0'))::uuid, 'wf' FROM generate_series(1, 1000) n`,
+		// (Global-scope runs, owning global jobs.)
 		`INSERT INTO workflow_steps (workflow_run_id, step_key, job_id)
 		 SELECT ('00000000-0000-4000-9000-' || lpad(to_hex(1 + r % 1000), 12, '0'))::uuid, 'step-' || r, id
 		 FROM (SELECT id, row_number() OVER (ORDER BY id) AS r FROM job_queue
-		       WHERE status = 'PENDING' AND NOT EXISTS (SELECT 1 FROM job_replays jr WHERE jr.replay_job_id = job_queue.id)) j
-		 WHERE r % 10 = 0`,
-		`INSERT INTO job_execution_resource_claims (resource_key, job_id, run_number, attempt, worker_id, lease_expires_at, release_after)
-		 SELECT execution_resource_key, id, run_number, 1, 'worker-1', now() + interval '1 minute',
+		       WHERE status = 'PENDING' AND organization_id = '00000000-0000-0000-0000-000000000000'
+		         AND NOT EXISTS (SELECT 1 FROM job_replays jr WHERE jr.replay_job_id = job_queue.id)) j
+		 WHERE r % 2 = 0`,
+		`INSERT INTO job_execution_resource_claims (organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at, release_after)
+		 SELECT organization_id, execution_resource_key, id, run_number, 1, 'worker-1', now() + interval '1 minute',
 		        CASE WHEN r % 2 = 0 THEN now() - interval '1 minute' END
-		 FROM (SELECT DISTINCT ON (execution_resource_key) id, run_number, execution_resource_key,
+		 FROM (SELECT DISTINCT ON (organization_id, execution_resource_key) organization_id, id, run_number, execution_resource_key,
 		              row_number() OVER (ORDER BY id) AS r
-		       FROM job_queue WHERE execution_resource_key IS NOT NULL ORDER BY execution_resource_key, id) k`,
+		       FROM job_queue WHERE execution_resource_key IS NOT NULL ORDER BY organization_id, execution_resource_key, id) k`,
 		`ANALYZE`,
 	} {
 		if _, err := pool.Exec(ctx, stmt); err != nil {
@@ -311,7 +313,7 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 
 	var (
 		sourceID, replayID, pendingID uuid.UUID
-		org                           *uuid.UUID
+		org                           uuid.UUID
 		run                           int32
 		key, reason, jobType          string
 		idemKey                       string
@@ -321,13 +323,13 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 	if err := pool.QueryRow(ctx, `
 		SELECT jr.source_job_id, jr.replay_job_id, s.organization_id, jr.source_run_number, jr.replay_request_key, jr.reason, s.job_type
 		FROM job_replays jr JOIN job_queue s ON s.id = jr.source_job_id
-		WHERE s.organization_id IS NOT NULL ORDER BY jr.source_job_id LIMIT 1`).
+		WHERE s.organization_id <> '00000000-0000-0000-0000-000000000000' ORDER BY jr.source_job_id LIMIT 1`).
 		Scan(&sourceID, &replayID, &org, &run, &key, &reason, &jobType); err != nil {
 		t.Fatalf("pick lineage: %v", err)
 	}
 	if err := pool.QueryRow(ctx, `
 		SELECT idempotency_key FROM job_queue
-		WHERE idempotency_key IS NOT NULL AND organization_id IS NOT NULL ORDER BY id LIMIT 1`).
+		WHERE idempotency_key IS NOT NULL AND organization_id <> '00000000-0000-0000-0000-000000000000' ORDER BY id LIMIT 1`).
 		Scan(&idemKey); err != nil {
 		t.Fatalf("pick keyed job: %v", err)
 	}

@@ -26,22 +26,22 @@ func pipelinedPaths() []scriptPath {
 	common := func(id, run, key, reason string) map[string]string {
 		return map[string]string{
 			"SourceJobID": id, "ID": id, "SourceRunNumber": run, "ExpectedRunNumber": run,
-			"ReplayRequestKey": key, "OrganizationID": ":org", "Reason": reason, "Token": ":tok",
-			"RunIf": "(:tok::text || '/missing')", "ReplayJobID": "runledger_bench_new_id()",
+			"ReplayRequestKey": key, "OrganizationID": ":org", "Reason": reason,
+			"ReplayJobID": "runledger_bench_new_id()", "Notify": "false",
 		}
 	}
 	return []scriptPath{
-		{path: "inserted", comment: "inserted path: one round trip, the lineage lookup\n-- missing, the source lock taken, the second lookup missing, the insert run.",
-			sets:  []string{`\set i random(1, :sources)`, `\set k random(1, 9000000000000000000)`, `\set tok random(1, 2000000000)`, `\set run 1`},
+		{path: "inserted", comment: "inserted path: one round trip, the lineage lookup\n-- missing, the source lock taken, the second lookup missing, the insert writing.",
+			sets:  []string{`\set i random(1, :sources)`, `\set k random(1, 9000000000000000000)`, `\set run 1`},
 			binds: common("runledger_bench_id(:i)", ":run", ":k", ":reason")},
-		{path: "existing", comment: "existing path (an idempotent retry): one round trip, the lineage\n-- lookup finding the replay and locking it, everything after it guarded off.",
-			sets:  []string{`\set i random(1, :sources)`, `\set tok random(1, 2000000000)`, `\set run 1`},
+		{path: "existing", comment: "existing path (an idempotent retry): one round trip, the lineage\n-- lookup finding the replay and locking it; the lineage keeps the source lock\n-- and the insert from taking or writing anything.",
+			sets:  []string{`\set i random(1, :sources)`, `\set run 1`},
 			binds: common("runledger_bench_id(:i)", ":run", ":seed", ":seed")},
-		{path: "mismatch", comment: "mismatch path: one round trip, the source lock missing (the source\n-- is at run 1, not 2), so the classification read runs and the second lookup\n-- and the insert are guarded off.",
-			sets:  []string{`\set i random(1, :sources)`, `\set k random(1, 9000000000000000000)`, `\set tok random(1, 2000000000)`, `\set run 2`},
+		{path: "mismatch", comment: "mismatch path: one round trip, the source lock missing (the source\n-- is at run 1, not 2); the classification read reports it and the insert,\n-- which re-checks the source, writes nothing.",
+			sets:  []string{`\set i random(1, :sources)`, `\set k random(1, 9000000000000000000)`, `\set run 2`},
 			binds: common("runledger_bench_id(:i)", ":run", ":k", ":reason")},
 		{path: "not_found", comment: "not_found path: one round trip, as mismatch, for an id past the\n-- seeded range.",
-			sets:  []string{`\set n random(1, :sources)`, `\set i :sources + :n`, `\set k random(1, 9000000000000000000)`, `\set tok random(1, 2000000000)`, `\set run 1`},
+			sets:  []string{`\set n random(1, :sources)`, `\set i :sources + :n`, `\set k random(1, 9000000000000000000)`, `\set run 1`},
 			binds: common("runledger_bench_id(:i)", ":run", ":k", ":reason")},
 	}
 }
@@ -70,8 +70,8 @@ func pipelinedScript(qs []planaudit.Query, p scriptPath) (string, error) {
 		}
 		return "-- " + name + "\n" + body + ";\n", nil
 	}
-	// Every path sends the same statements in one round trip; the guards
-	// decide which of them read anything.
+	// Every path sends the same statements in one round trip; what each
+	// finds decides what the ones after it take or write.
 	trips := [][]string{{
 		"TransactionBeginReadCommitted", "JobReplayGetForRequest", "JobLockForReplay",
 		"JobReplayGetForRequestAfterSourceLock", "JobGetForReplayClassification", "JobReplayInsert",

@@ -6,7 +6,6 @@
 \set n random(1, :sources)
 \set i :sources + :n
 \set k random(1, 9000000000000000000)
-\set tok random(1, 2000000000)
 \set run 1
 \startpipeline
 -- TransactionBeginReadCommitted
@@ -15,99 +14,101 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
     FROM job_replays jr
-    JOIN job_queue source ON source.id = jr.source_job_id
-    WHERE jr.source_job_id = runledger_bench_id(:i)
+    WHERE jr.organization_id = :org
+      AND jr.source_job_id = runledger_bench_id(:i)
       AND jr.source_run_number = :run
       AND jr.replay_request_key = :k
-      AND source.organization_id IS NOT DISTINCT FROM :org::uuid
       AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 ),
 matching_replay AS (
     SELECT id, status, run_number
     FROM job_queue
-    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = :reason)
+    WHERE organization_id = :org
+      AND id IN (SELECT replay_job_id FROM lineage WHERE reason = :reason)
     FOR NO KEY UPDATE
 )
 SELECT probe.isolation,
        lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
-       matching_replay.run_number AS replay_run_number,
-       set_config('runledger.replay', :tok::text || CASE
-           WHEN lower(probe.isolation) NOT IN ('read committed', 'read uncommitted') THEN '/refused'
-           WHEN lineage.replay_job_id IS NOT NULL THEN '/found'
-           ELSE '/missing' END, true) AS marker
+       matching_replay.run_number AS replay_run_number
 FROM (SELECT current_setting('transaction_isolation')::text AS isolation) AS probe
 LEFT JOIN lineage ON true
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- JobLockForReplay
-WITH locked AS MATERIALIZED (
-    SELECT id, run_number, job_type, execution_resource_key,
-           EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed
-    FROM job_queue
-    WHERE job_queue.id = runledger_bench_id(:i)
-      AND organization_id IS NOT DISTINCT FROM :org::uuid
-      AND status = 'SUCCEEDED'
-      AND run_number = :run
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id)
-      AND current_setting('runledger.replay', true) = :tok::text || '/missing'
-    FOR NO KEY UPDATE
-)
-SELECT locked.id,
-       locked.run_number,
-       locked.job_type,
-       locked.execution_resource_key,
-       locked.workflow_managed,
-       set_config('runledger.replay', :tok::text || '/locked', true) AS marker
-FROM locked;
+SELECT id, run_number, job_type, execution_resource_key
+FROM job_queue
+WHERE job_queue.organization_id = :org
+  AND job_queue.id = runledger_bench_id(:i)
+  AND status = 'SUCCEEDED'
+  AND run_number = :run
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = :org AND ws.job_id = job_queue.id)
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.organization_id = :org AND jr.source_job_id = job_queue.id
+                    AND jr.source_run_number = :run AND jr.replay_request_key = :k)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE;
 -- JobReplayGetForRequestAfterSourceLock
 WITH lineage AS (
     SELECT jr.replay_job_id, jr.reason
     FROM job_replays jr
-    JOIN job_queue source ON source.id = jr.source_job_id
-    WHERE jr.source_job_id = runledger_bench_id(:i)
+    WHERE jr.organization_id = :org
+      AND jr.source_job_id = runledger_bench_id(:i)
       AND jr.source_run_number = :run
       AND jr.replay_request_key = :k
-      AND source.organization_id IS NOT DISTINCT FROM :org::uuid
-      AND current_setting('runledger.replay', true) = :tok::text || '/locked'
+      AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
 ),
 matching_replay AS (
     SELECT id, status, run_number
     FROM job_queue
-    WHERE id IN (SELECT replay_job_id FROM lineage WHERE reason = :reason)
+    WHERE organization_id = :org
+      AND id IN (SELECT replay_job_id FROM lineage WHERE reason = :reason)
     FOR NO KEY UPDATE
 )
 SELECT lineage.replay_job_id,
        lineage.reason,
        matching_replay.status AS replay_status,
-       matching_replay.run_number AS replay_run_number,
-       set_config('runledger.replay', :tok::text || '/found', true) AS marker
+       matching_replay.run_number AS replay_run_number
 FROM lineage
 LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- JobGetForReplayClassification
 SELECT job_queue.status,
        job_queue.run_number,
-       EXISTS (SELECT 1 FROM workflow_steps ws WHERE ws.job_id = job_queue.id) AS workflow_managed,
-       (to_jsonb(job_queue) || jsonb_build_object(
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = :org AND ws.job_id = job_queue.id) AS workflow_managed,
+       (CASE WHEN job_queue.status <> 'SUCCEEDED' OR job_queue.run_number <> :run THEN
+        to_jsonb(job_queue) || jsonb_build_object(
            'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
            'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job
+           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z') END)::jsonb AS job
 FROM job_queue
-WHERE job_queue.id = runledger_bench_id(:i)
-  AND organization_id IS NOT DISTINCT FROM :org::uuid
-  AND ((:tok::text || '/missing')::text IS NULL OR current_setting('runledger.replay', true) = (:tok::text || '/missing')::text);
+WHERE job_queue.organization_id = :org
+  AND job_queue.id = runledger_bench_id(:i);
 -- JobReplayInsert
-WITH source AS (
+WITH clock AS (
+    SELECT now() AS now
+),
+source AS (
     SELECT s.id, s.run_number, s.job_type, s.organization_id, s.payload, s.priority,
            s.max_attempts, s.timeout_seconds, s.execution_resource_key
     FROM job_queue s
     JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
-    WHERE s.id = runledger_bench_id(:i)
-      AND current_setting('runledger.replay', true) = :tok::text || '/locked'
+    WHERE s.organization_id = :org
+      AND s.id = runledger_bench_id(:i)
+      AND s.status = 'SUCCEEDED'
+      AND s.run_number = :run
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                      WHERE ws.organization_id = :org AND ws.job_id = s.id)
+      AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                      WHERE jr.organization_id = :org AND jr.source_job_id = s.id
+                        AND jr.source_run_number = :run AND jr.replay_request_key = :k::text)
+      AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+    FOR NO KEY UPDATE OF s
     FOR SHARE OF d
 ),
 inserted AS (
@@ -116,13 +117,13 @@ inserted AS (
         timeout_seconds, next_run_at, stage, execution_resource_key
     )
     SELECT runledger_bench_new_id(), job_type, organization_id, payload, priority, max_attempts,
-           timeout_seconds, now(), 'queued', execution_resource_key
-    FROM source
-    RETURNING id, job_type, status, run_number, stage
+           timeout_seconds, clock.now, 'queued', execution_resource_key
+    FROM source CROSS JOIN clock
+    RETURNING id, job_type, organization_id, status, run_number, stage
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+    SELECT inserted.organization_id, inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
            jsonb_strip_nulls(jsonb_build_object(
                'job_type', inserted.job_type,
                'replayed_from_job_id', source.id,
@@ -133,10 +134,13 @@ event AS (
     RETURNING id
 ),
 lineage AS (
-    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, :k::text, inserted.id, :reason::text
+    INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.organization_id, source.id, source.run_number, :k::text, inserted.id, :reason::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
+),
+notified AS (
+    SELECT pg_notify('runledger_job_due', job_type) FROM inserted WHERE false::bool
 )
 SELECT inserted.id,
        inserted.status,
@@ -144,7 +148,8 @@ SELECT inserted.id,
        source.id AS source_job_id,
        source.run_number AS source_run_number,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count
+       (SELECT count(*) FROM lineage) AS lineage_count,
+       (SELECT count(*) FROM notified) AS notified_count
 FROM inserted CROSS JOIN source;
 -- TransactionCommit
 COMMIT;

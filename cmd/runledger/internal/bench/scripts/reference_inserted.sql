@@ -68,14 +68,14 @@ SELECT runledger_bench_new_id(), :src_job_type, NULLIF(:src_org, '')::uuid, :src
        NULL, 'queued', NULL, NULLIF(:src_erk, '')
 FROM definition d
 RETURNING id AS replay_id, status::text AS replay_status, run_number AS replay_run \gset
-INSERT INTO job_events (job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
-VALUES (:replay_id::uuid, :replay_run::int4, NULL, 'ENQUEUED', 'queued', NULL, NULL,
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+VALUES (:org::uuid, :replay_id::uuid, :replay_run::int4, NULL, 'ENQUEUED', 'queued', NULL, NULL,
         jsonb_strip_nulls(jsonb_build_object(
             'job_type', :src_job_type::text,
             'replayed_from_job_id', :src_id::text,
             'replayed_from_run_number', :src_run::int4,
             'replay_request_key', :k::text,
             'reason', :reason::text)));
-INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-VALUES (:src_id::uuid, :src_run::int4, :k, :replay_id::uuid, :reason);
+INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+VALUES (:org::uuid, :src_id::uuid, :src_run::int4, :k, :replay_id::uuid, :reason);
 COMMIT;

@@ -114,11 +114,11 @@ inserted AS (
     SELECT runledger_bench_new_id(), job_type, organization_id, payload, priority, max_attempts,
            timeout_seconds, now(), 'queued', execution_resource_key
     FROM source
-    RETURNING id, job_type, status, run_number, stage
+    RETURNING id, job_type, organization_id, status, run_number, stage
 ),
 event AS (
-    INSERT INTO job_events (job_id, run_number, event_type, stage, payload)
-    SELECT inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
+    INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+    SELECT inserted.organization_id, inserted.id, inserted.run_number, 'ENQUEUED', inserted.stage,
            jsonb_strip_nulls(jsonb_build_object(
                'job_type', inserted.job_type,
                'replayed_from_job_id', source.id,
@@ -129,8 +129,8 @@ event AS (
     RETURNING id
 ),
 lineage AS (
-    INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
-    SELECT source.id, source.run_number, :k::text, inserted.id, :reason::text
+    INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+    SELECT source.organization_id, source.id, source.run_number, :k::text, inserted.id, :reason::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
 )
