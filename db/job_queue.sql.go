@@ -713,13 +713,8 @@ event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
     SELECT organization_id, id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type)
-    FROM inserted
-    WHERE $12::bool AND next_run_at <= now()
 )
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM inserted WHERE (SELECT count(*) FROM notified) >= 0
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM inserted
 `
 
 type JobEnqueueParams struct {
@@ -734,7 +729,6 @@ type JobEnqueueParams struct {
 	NextRunAt            *time.Time
 	IdempotencyKey       *string
 	ExecutionResourceKey *string
-	Notify               bool
 }
 
 type JobEnqueueRow struct {
@@ -787,12 +781,7 @@ type JobEnqueueRow struct {
 // enqueue_request) runs only under READ COMMITTED, else it reads and
 // writes nothing and the caller refuses. No row, and nothing written,
 // when the definition is missing or disabled or the key or id is taken.
-// With @notify set, an inserted job that is due now sends pg_notify on
-// channel runledger_job_due with its job type as payload, which listening
-// workers hear when the transaction commits (and not at all if it rolls
-// back).
-// The filter is always true; it makes the statement run the notification
-// (a CTE without side effects runs only where it is read).
+// The workers' wake-up is a statement of its own (WorkerNotifyDue).
 func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams) (JobEnqueueRow, error) {
 	row := db.QueryRow(ctx, jobEnqueue,
 		arg.JobType,
@@ -806,7 +795,6 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 		arg.NextRunAt,
 		arg.IdempotencyKey,
 		arg.ExecutionResourceKey,
-		arg.Notify,
 	)
 	var i JobEnqueueRow
 	err := row.Scan(

@@ -233,9 +233,6 @@ lineage AS (
     SELECT source.organization_id, source.id, source.run_number, $4::text, inserted.id, $6::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type) FROM inserted WHERE $7::bool
 )
 SELECT inserted.id,
        inserted.status,
@@ -243,8 +240,7 @@ SELECT inserted.id,
        source.id AS source_job_id,
        source.run_number AS source_run_number,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count,
-       (SELECT count(*) FROM notified) AS notified_count
+       (SELECT count(*) FROM lineage) AS lineage_count
 FROM inserted CROSS JOIN source
 `
 
@@ -255,7 +251,6 @@ type JobReplayInsertParams struct {
 	ReplayRequestKey string
 	ReplayJobID      uuid.UUID
 	Reason           string
-	Notify           bool
 }
 
 type JobReplayInsertRow struct {
@@ -266,7 +261,6 @@ type JobReplayInsertRow struct {
 	SourceRunNumber int32
 	EventCount      int64
 	LineageCount    int64
-	NotifiedCount   int64
 }
 
 // JobReplayInsert creates, in one statement, the replay of a source: a
@@ -280,8 +274,7 @@ type JobReplayInsertRow struct {
 // it); so after a lineage hit, a mismatch or a NotFound it writes nothing.
 // The job type's definition is read FOR SHARE, so a definition change
 // waits; no row, and nothing written, when it is missing or disabled.
-// With @notify set, the new job sends pg_notify on runledger_job_due (its
-// job type as payload), heard by workers when the transaction commits.
+// The workers' wake-up is a statement of its own (WorkerNotifyDue).
 func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
 	row := db.QueryRow(ctx, jobReplayInsert,
 		arg.OrganizationID,
@@ -290,7 +283,6 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 		arg.ReplayRequestKey,
 		arg.ReplayJobID,
 		arg.Reason,
-		arg.Notify,
 	)
 	var i JobReplayInsertRow
 	err := row.Scan(
@@ -301,7 +293,6 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 		&i.SourceRunNumber,
 		&i.EventCount,
 		&i.LineageCount,
-		&i.NotifiedCount,
 	)
 	return i, err
 }

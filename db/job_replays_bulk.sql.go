@@ -265,11 +265,6 @@ recorded AS (
     FROM source
     ORDER BY source.new_id
     RETURNING replay_job_id
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type)
-    FROM (SELECT DISTINCT job_type FROM source) types
-    WHERE $8::bool
 )
 SELECT checked.source_job_id::uuid AS source_job_id,
        checked.source_run_number::int AS source_run_number,
@@ -279,8 +274,7 @@ SELECT checked.source_job_id::uuid AS source_job_id,
        (SELECT count(*) FROM inserted) AS inserted_count,
        (SELECT count(*) FROM inserted WHERE status = 'PENDING' AND run_number = 1 AND stage = 'queued') AS pending_count,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM recorded) AS lineage_count,
-       (SELECT count(*) FROM notified) AS notified_count
+       (SELECT count(*) FROM recorded) AS lineage_count
 FROM checked
 LEFT JOIN found ON found.ord = checked.ord
 ORDER BY checked.ord
@@ -294,7 +288,6 @@ type JobReplayBulkInsertParams struct {
 	ReplayRequestKey string
 	JobTypes         []string
 	Reason           string
-	Notify           bool
 }
 
 type JobReplayBulkInsertRow struct {
@@ -307,7 +300,6 @@ type JobReplayBulkInsertRow struct {
 	PendingCount        int64
 	EventCount          int64
 	LineageCount        int64
-	NotifiedCount       int64
 }
 
 // JobReplayBulkInsert is the single replay's second lookup and insert for
@@ -327,8 +319,7 @@ type JobReplayBulkInsertRow struct {
 // source beside the job (run 1, stage queued: what the insert sets, which
 // the counts check), not joined to the inserted rows. One row per source,
 // in the order given, with the counts of what was written for a check.
-// With @notify set, each job type inserted sends one pg_notify on
-// runledger_job_due, heard by workers when the chunk commits. (Every
+// The workers' wake-up is a statement of its own (WorkerNotifyDue). (Every
 // lineage probe is a correlated subquery, so that it reads the
 // idempotency index once per source whatever the planner guesses of the
 // arrays' length.)
@@ -341,7 +332,6 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 		arg.ReplayRequestKey,
 		arg.JobTypes,
 		arg.Reason,
-		arg.Notify,
 	)
 	if err != nil {
 		return nil, err
@@ -360,7 +350,6 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 			&i.PendingCount,
 			&i.EventCount,
 			&i.LineageCount,
-			&i.NotifiedCount,
 		); err != nil {
 			return nil, err
 		}

@@ -20,3 +20,20 @@ func (q *Queries) WorkerListen(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, workerListen)
 	return err
 }
+
+const workerNotifyDue = `-- name: WorkerNotifyDue :exec
+SELECT pg_notify('runledger_job_due', job_type) FROM unnest($1::text[]) AS job_type
+`
+
+// WorkerNotifyDue wakes the workers of each of @job_types (” wakes every
+// worker, for a replay, whose type is its source's): pg_notify on
+// runledger_job_due, delivered when the transaction commits and never if
+// it rolls back. It is a statement of its own, queued beside the insert in
+// the same transaction (an implicit one for a single insert: the batch
+// ends in one Sync), because on Citus a notification sent inside a routed
+// statement is sent on the worker node, where nobody listens; this one
+// touches no table, so the coordinator sends it.
+func (q *Queries) WorkerNotifyDue(ctx context.Context, db DBTX, jobTypes []string) error {
+	_, err := db.Exec(ctx, workerNotifyDue, jobTypes)
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,6 +30,10 @@ func runCases(t *testing.T, pool *pgxpool.Pool, cases []ddlCase) {
 			if err != nil {
 				t.Errorf("%s: %v", c.name, err)
 			}
+			continue
+		}
+		if state == c.state && constraint == "" && testdb.Citus() && c.constraint == "chk_job_queue_execution_resource_claim_required" {
+			// Citus passes a trigger's RAISE on without its CONSTRAINT.
 			continue
 		}
 		if state != c.state || constraint != c.constraint {
@@ -158,19 +163,21 @@ func TestUpdatedAtTriggerFires(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE job_queue SET updated_at = '2000-01-01', created_at = '2000-01-01' WHERE id = `+other); err != nil {
 		t.Fatal(err)
 	}
-	var moved, createdKept bool
+	// The times come back as values and are compared here: Citus allows
+	// no non-immutable function in a RETURNING clause.
+	before := time.Now().Add(-time.Minute)
+	var updated, created time.Time
 	if err := pool.QueryRow(ctx, `UPDATE job_queue SET priority = 5 WHERE id = `+other+`
-	    RETURNING updated_at = now(), created_at = '2000-01-01'`).Scan(&moved, &createdKept); err != nil {
+	    RETURNING updated_at, created_at`).Scan(&updated, &created); err != nil {
 		t.Fatal(err)
 	}
-	if !moved || !createdKept {
-		t.Fatalf("after an update: updated_at = now() %v, created_at kept %v", moved, createdKept)
+	if !updated.After(before) || created.Year() != 2000 {
+		t.Fatalf("after an update: updated_at %s (want now), created_at %s (want kept)", updated, created)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE job_definitions SET updated_at = '2000-01-01'`); err != nil {
 		t.Fatal(err)
 	}
-	var defMoved bool
-	if err := pool.QueryRow(ctx, `UPDATE job_definitions SET default_priority = 1 RETURNING updated_at = now()`).Scan(&defMoved); err != nil || !defMoved {
-		t.Fatalf("job_definitions updated_at not set by its trigger (%v)", err)
+	if err := pool.QueryRow(ctx, `UPDATE job_definitions SET default_priority = 1 RETURNING updated_at`).Scan(&updated); err != nil || !updated.After(before) {
+		t.Fatalf("job_definitions updated_at %s not set by its trigger (%v)", updated, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -83,28 +84,96 @@ func claim(ctx context.Context, s *txn.Session, req ClaimRequest) ([]runledger.J
 	if types == nil {
 		types = []string{} // NULL would match nothing.
 	}
-	leased, err := txn.One(ctx, s, "claim jobs", func(q db.DBTX) ([]db.JobClaimRow, error) {
-		return queries.JobClaim(ctx, q, db.JobClaimParams{
-			JobTypes:     types,
-			MaxJobs:      int32(req.Limit),
-			WorkerID:     req.WorkerID,
-			LeaseSeconds: req.Lease.Seconds(),
-		})
-	})
+	dist, err := s.Distributed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := rows.All(leased, func(r db.JobClaimRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+	var jobs []runledger.Job
+	if dist {
+		jobs, err = claimTenantByTenant(ctx, s, req, types)
+	} else {
+		var leased []db.JobClaimRow
+		leased, err = txn.One(ctx, s, "claim jobs", func(q db.DBTX) ([]db.JobClaimRow, error) {
+			return queries.JobClaim(ctx, q, db.JobClaimParams{
+				JobTypes:     types,
+				MaxJobs:      int32(req.Limit),
+				WorkerID:     req.WorkerID,
+				LeaseSeconds: req.Lease.Seconds(),
+			})
+		})
+		if err == nil {
+			jobs, err = rows.All(leased, func(r db.JobClaimRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+		}
+	}
 	if jobs == nil && err == nil {
 		jobs = []runledger.Job{}
 	}
 	return jobs, err
 }
 
+// claimTenantByTenant is the claim on Citus, where a statement takes row
+// locks only when it is routed to one tenant: in one transaction, the
+// tenants with due jobs, most urgent first (without a lock, from every
+// shard), then the routed claim of each in turn for what is still wanted,
+// until the limit is reached or the tenants run out. Within a tenant the
+// order is the claim order; across tenants a claim may lease a tenant's
+// less urgent job before a more urgent one of the next tenant listed.
+// Round trips: the listing (with BEGIN), one per tenant claimed from, and
+// COMMIT.
+func claimTenantByTenant(ctx context.Context, s *txn.Session, req ClaimRequest, types []string) ([]runledger.Job, error) {
+	b := s.Batch(ctx)
+	tenants := txn.Queue(b, "list tenants with due jobs", func(q db.DBTX) ([]uuid.UUID, error) {
+		return queries.JobListTenantsWithDueJobs(ctx, q, db.JobListTenantsWithDueJobsParams{JobTypes: types, MaxTenants: int32(req.Limit)})
+	})
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	var jobs []runledger.Job
+	for _, tenant := range tenants.Val {
+		if len(jobs) >= req.Limit {
+			break
+		}
+		leased, err := queries.JobClaimTenant(ctx, s.DB(), db.JobClaimTenantParams{
+			OrganizationID: tenant,
+			JobTypes:       types,
+			MaxJobs:        int32(req.Limit - len(jobs)),
+			WorkerID:       req.WorkerID,
+			LeaseSeconds:   req.Lease.Seconds(),
+		})
+		if err != nil {
+			return nil, dberr.Translate(ctx, "claim jobs", err)
+		}
+		got, err := rows.All(leased, func(r db.JobClaimTenantRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, got...)
+	}
+	if err := commit(ctx, s); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// commit ends an owned session's open transaction with COMMIT, one round
+// trip; a joined session's transaction is the caller's, and nothing is
+// sent.
+func commit(ctx context.Context, s *txn.Session) error {
+	if !s.Owned() {
+		return nil
+	}
+	b := s.Batch(ctx)
+	b.Commit(ctx)
+	return b.Send(ctx)
+}
+
 // DueChannel is the LISTEN/NOTIFY channel on which a committed insert of a
-// due job (an enqueue, a replay) notifies, with the job's type as payload:
-// at most once per 2 ms per job type per process, so a listener must claim
-// every due job of the type when it hears one, not just one.
+// due job (an enqueue, a replay) notifies, with the job's type as payload
+// (empty after a replay, whose type is its source's: a wake for every
+// listener): at most once per 2 ms per job type per process, so a listener
+// must claim every due job of the type when it hears one, not just one. A
+// notification may also come for an insert that wrote nothing. On Citus,
+// listen on the coordinator, which sends them.
 const DueChannel = wake.Channel
 
 // Listen subscribes conn to DueChannel (LISTEN), for a worker that waits

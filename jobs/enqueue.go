@@ -262,7 +262,6 @@ func enqueueParams(req EnqueueRequest) (db.JobEnqueueParams, error) {
 		TimeoutSeconds:       req.TimeoutSeconds,
 		NextRunAt:            runAt,
 		ExecutionResourceKey: optionalText(req.ExecutionResourceKey),
-		Notify:               (runAt == nil || !runAt.After(time.Now())) && wake.Due(req.JobType),
 	}
 	if req.idempotent() {
 		snap := requestSnapshot{
@@ -302,20 +301,39 @@ func optionalText(s string) *string {
 	return &s
 }
 
-// enqueueUnkeyed inserts an unkeyed job without a chosen id: one
-// statement, no isolation requirement; outside a caller's transaction it
-// commits on its own, so a lost reply is an unknown outcome.
-func enqueueUnkeyed(ctx context.Context, s *txn.Session, p db.JobEnqueueParams) (EnqueueResult, error) {
-	row, err := txn.One(ctx, s, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
-		return queries.JobEnqueue(ctx, q, p)
-	})
-	return unkeyedResult(p, row, err)
+// wakes returns the job types whose workers an insert of p wakes: its own
+// when the job is due now and this process has not woken them within
+// wake.Interval; none otherwise.
+func wakes(p db.JobEnqueueParams) []string {
+	if (p.NextRunAt == nil || !p.NextRunAt.After(time.Now())) && wake.Due(p.JobType) {
+		return []string{p.JobType}
+	}
+	return nil
 }
 
-// insertUnkeyed is enqueueUnkeyed's statement run on q, inside a
+// enqueueUnkeyed inserts an unkeyed job without a chosen id: one
+// statement (and the workers' wake-up beside it), no isolation
+// requirement; outside a caller's transaction the batch commits on its
+// own, so a lost reply is an unknown outcome.
+func enqueueUnkeyed(ctx context.Context, s *txn.Session, p db.JobEnqueueParams) (EnqueueResult, error) {
+	b := s.AutocommitBatch(ctx)
+	ins := txn.Queue(b, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
+		return queries.JobEnqueue(ctx, q, p)
+	})
+	wake.Queue(ctx, b, wakes(p)...)
+	if err := b.Send(ctx); err != nil {
+		return EnqueueResult{}, err
+	}
+	return unkeyedResult(p, ins.Val, ins.Err)
+}
+
+// insertUnkeyed is enqueueUnkeyed's statements run on q, inside a
 // transaction of the caller's (a workflow step's enqueue).
 func insertUnkeyed(ctx context.Context, q db.DBTX, p db.JobEnqueueParams) (EnqueueResult, error) {
 	row, err := queries.JobEnqueue(ctx, q, p)
+	if err == nil {
+		err = wake.Send(ctx, q, wakes(p)...)
+	}
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		err = dberr.Translate(ctx, "enqueue job", err)
 	}
@@ -388,6 +406,7 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 			return keyRow{r.JobQueue, r.SameRequest}, err
 		})
 	}
+	wake.Queue(ctx, b, wakes(p)...)
 	b.Commit(ctx)
 	if err := b.Send(ctx); err != nil {
 		return EnqueueResult{}, err

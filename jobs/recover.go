@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -38,9 +39,12 @@ func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([
 	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
-	return txn.ReadCommitted(ctx, pool, "expired lease recovery", func(q db.DBTX) ([]runledger.Job, error) {
-		return recoverExpired(ctx, q, limit)
-	})
+	s, err := txn.Own(ctx, pool, recoveryOperation)
+	if err != nil {
+		return nil, err
+	}
+	defer s.End(ctx)
+	return recoverExpired(ctx, s, limit)
 }
 
 // RecoverExpiredLeasesTx is RecoverExpiredLeases inside the caller's
@@ -50,19 +54,88 @@ func RecoverExpiredLeasesTx(ctx context.Context, tx pgx.Tx, limit int) ([]runled
 	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
-	return recoverExpired(ctx, tx, limit)
+	return recoverExpired(ctx, txn.Join(tx, recoveryOperation), limit)
 }
 
-func recoverExpired(ctx context.Context, tx db.DBTX, limit int) ([]runledger.Job, error) {
-	recovered, err := queries.JobRecoverExpiredLeases(ctx, tx, db.JobRecoverExpiredLeasesParams{
-		LockKey: RecoveryLockKey, MaxJobs: int32(limit),
-		BackoffBaseSeconds: BackoffBase.Seconds(), BackoffMaxSeconds: BackoffMax.Seconds(),
-	})
+const recoveryOperation = "expired lease recovery"
+
+// recoverExpired runs the recovery in one round trip on PostgreSQL
+// ([BEGIN,] the recovery over every tenant under the advisory lock, the
+// purge of released claims[, COMMIT]). On Citus, where row locks need a
+// statement routed to one tenant, it takes the advisory lock (the
+// coordinator's) and lists the tenants holding expired leases, oldest
+// expiry first, then recovers tenant by tenant, one round trip each, for
+// what the limit still allows; the purge and COMMIT close it. Oldest
+// expiry first holds within a tenant, and across tenants in the order
+// they are listed.
+func recoverExpired(ctx context.Context, s *txn.Session, limit int) ([]runledger.Job, error) {
+	dist, err := s.Distributed(ctx)
 	if err != nil {
-		return nil, dberr.Translate(ctx, "recover expired job leases", err)
+		return nil, err
 	}
-	if _, err := queries.JobResourceClaimDeleteReleased(ctx, tx); err != nil {
-		return nil, dberr.Translate(ctx, "purge released execution resource claims", err)
+	if !dist {
+		b := s.Batch(ctx)
+		recovered := txn.Queue(b, "recover expired job leases", func(q db.DBTX) ([]db.JobRecoverExpiredLeasesRow, error) {
+			return queries.JobRecoverExpiredLeases(ctx, q, db.JobRecoverExpiredLeasesParams{
+				LockKey: RecoveryLockKey, MaxJobs: int32(limit),
+				BackoffBaseSeconds: BackoffBase.Seconds(), BackoffMaxSeconds: BackoffMax.Seconds(),
+			})
+		})
+		purge(ctx, b)
+		b.Commit(ctx)
+		if err := b.Send(ctx); err != nil {
+			return nil, err
+		}
+		return rows.All(recovered.Val, func(r db.JobRecoverExpiredLeasesRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
 	}
-	return rows.All(recovered, func(r db.JobRecoverExpiredLeasesRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+
+	b := s.Batch(ctx)
+	lock := txn.Queue(b, "take the lease recovery lock", func(q db.DBTX) (bool, error) {
+		return queries.TransactionTryRecoveryLock(ctx, q, RecoveryLockKey)
+	})
+	tenants := txn.Queue(b, "list tenants with expired leases", func(q db.DBTX) ([]uuid.UUID, error) {
+		return queries.JobListTenantsWithExpiredLeases(ctx, q, int32(limit))
+	})
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	jobs := []runledger.Job{}
+	if lock.Val {
+		for _, tenant := range tenants.Val {
+			if len(jobs) >= limit {
+				break
+			}
+			recovered, err := queries.JobRecoverExpiredLeasesTenant(ctx, s.DB(), db.JobRecoverExpiredLeasesTenantParams{
+				OrganizationID: tenant, MaxJobs: int32(limit - len(jobs)),
+				BackoffBaseSeconds: BackoffBase.Seconds(), BackoffMaxSeconds: BackoffMax.Seconds(),
+			})
+			if err != nil {
+				return nil, dberr.Translate(ctx, "recover expired job leases", err)
+			}
+			got, err := rows.All(recovered, func(r db.JobRecoverExpiredLeasesTenantRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, got...)
+		}
+	}
+	b = s.Batch(ctx)
+	if lock.Val {
+		purge(ctx, b)
+	}
+	b.Commit(ctx)
+	if s.Owned() || lock.Val {
+		if err := b.Send(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
+// purge queues the purge of execution resource claims whose delayed
+// release is due (every tenant's; on Citus every shard).
+func purge(ctx context.Context, b *txn.Batch) {
+	txn.Queue(b, "purge released execution resource claims", func(q db.DBTX) (int64, error) {
+		return queries.JobResourceClaimDeleteReleased(ctx, q)
+	})
 }

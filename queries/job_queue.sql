@@ -16,10 +16,7 @@
 -- enqueue_request) runs only under READ COMMITTED, else it reads and
 -- writes nothing and the caller refuses. No row, and nothing written,
 -- when the definition is missing or disabled or the key or id is taken.
--- With @notify set, an inserted job that is due now sends pg_notify on
--- channel runledger_job_due with its job type as payload, which listening
--- workers hear when the transaction commits (and not at all if it rolls
--- back).
+-- The workers' wake-up is a statement of its own (WorkerNotifyDue).
 -- name: JobEnqueue :one
 WITH clock AS (
     SELECT now() AS now
@@ -57,15 +54,8 @@ event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
     SELECT organization_id, id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type)
-    FROM inserted
-    WHERE @notify::bool AND next_run_at <= now()
 )
--- The filter is always true; it makes the statement run the notification
--- (a CTE without side effects runs only where it is read).
-SELECT * FROM inserted WHERE (SELECT count(*) FROM notified) >= 0;
+SELECT * FROM inserted;
 
 -- JobLockByIdempotencyKeyGlobal finds the global scope's job holding a
 -- key and locks it FOR NO KEY UPDATE (the status reported to the caller

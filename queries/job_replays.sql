@@ -78,8 +78,7 @@ LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- it); so after a lineage hit, a mismatch or a NotFound it writes nothing.
 -- The job type's definition is read FOR SHARE, so a definition change
 -- waits; no row, and nothing written, when it is missing or disabled.
--- With @notify set, the new job sends pg_notify on runledger_job_due (its
--- job type as payload), heard by workers when the transaction commits.
+-- The workers' wake-up is a statement of its own (WorkerNotifyDue).
 -- name: JobReplayInsert :one
 WITH clock AS (
     SELECT now() AS now
@@ -129,9 +128,6 @@ lineage AS (
     SELECT source.organization_id, source.id, source.run_number, @replay_request_key::text, inserted.id, @reason::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type) FROM inserted WHERE @notify::bool
 )
 SELECT inserted.id,
        inserted.status,
@@ -139,8 +135,7 @@ SELECT inserted.id,
        source.id AS source_job_id,
        source.run_number AS source_run_number,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count,
-       (SELECT count(*) FROM notified) AS notified_count
+       (SELECT count(*) FROM lineage) AS lineage_count
 FROM inserted CROSS JOIN source;
 
 -- JobReplayListForSource lists the replays made from a job, oldest first,

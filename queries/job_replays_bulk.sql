@@ -86,8 +86,7 @@ ORDER BY lineage.ord;
 -- source beside the job (run 1, stage queued: what the insert sets, which
 -- the counts check), not joined to the inserted rows. One row per source,
 -- in the order given, with the counts of what was written for a check.
--- With @notify set, each job type inserted sends one pg_notify on
--- runledger_job_due, heard by workers when the chunk commits. (Every
+-- The workers' wake-up is a statement of its own (WorkerNotifyDue). (Every
 -- lineage probe is a correlated subquery, so that it reads the
 -- idempotency index once per source whatever the planner guesses of the
 -- arrays' length.)
@@ -166,11 +165,6 @@ recorded AS (
     FROM source
     ORDER BY source.new_id
     RETURNING replay_job_id
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type)
-    FROM (SELECT DISTINCT job_type FROM source) types
-    WHERE @notify::bool
 )
 SELECT checked.source_job_id::uuid AS source_job_id,
        checked.source_run_number::int AS source_run_number,
@@ -180,8 +174,7 @@ SELECT checked.source_job_id::uuid AS source_job_id,
        (SELECT count(*) FROM inserted) AS inserted_count,
        (SELECT count(*) FROM inserted WHERE status = 'PENDING' AND run_number = 1 AND stage = 'queued') AS pending_count,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM recorded) AS lineage_count,
-       (SELECT count(*) FROM notified) AS notified_count
+       (SELECT count(*) FROM recorded) AS lineage_count
 FROM checked
 LEFT JOIN found ON found.ord = checked.ord
 ORDER BY checked.ord;

@@ -14,6 +14,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
+	"github.com/runledger-go/runledger/internal/wake"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -97,8 +98,9 @@ var ownedReplayKillPoints = []killPoint{
 	// backend is killed: the COMMIT failed, its fate unknown to the caller.
 	{name: "after the insert result, while COMMIT waits", waitOn: gateReplayCommit, lockType: "advisory",
 		// BEGIN, the lookup, the lock, the second lookup (no lineage), the
-		// classification read, the insert: one row.
-		afterResult: []string{"BEGIN", "SELECT 1", "SELECT 1", "SELECT 0", "SELECT 1", "SELECT 1"},
+		// classification read, the insert (one row), the workers' wake-up
+		// (wake.Always: sent every time).
+		afterResult: []string{"BEGIN", "SELECT 1", "SELECT 1", "SELECT 0", "SELECT 1", "SELECT 1", "SELECT 1"},
 		want:        failCommitUnconfirmed},
 	{name: "COMMIT landed, reply lost", lostReply: true, want: failCommitUnconfirmed},
 }
@@ -107,6 +109,7 @@ var ownedReplayKillPoints = []killPoint{
 // its transaction.
 func TestReplayKilledAtEveryStep(t *testing.T) {
 	t.Parallel()
+	t.Cleanup(wake.Always())
 	for _, kp := range ownedReplayKillPoints {
 		kp := kp
 		t.Run(kp.name, func(t *testing.T) {

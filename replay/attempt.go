@@ -50,7 +50,7 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 	}
 	a := &attempt{replayID: replayID}
 	// The replay's job type is the source's, unknown until the lock: one
-	// limiter key for every replay.
+	// limiter key for every replay, and a wake-up for every worker.
 	notify := wake.Due(replayWakeKey)
 	org := rows.Tenant(req.Scope)
 	c := call(req, n)
@@ -94,9 +94,12 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 	a.insert = txn.Queue(b, "record successful job replay", func(q db.DBTX) (db.JobReplayInsertRow, error) {
 		return queries.JobReplayInsert(ctx, q, db.JobReplayInsertParams{
 			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber,
-			ReplayRequestKey: req.Key, ReplayJobID: replayID, Reason: req.Reason, Notify: notify,
+			ReplayRequestKey: req.Key, ReplayJobID: replayID, Reason: req.Reason,
 		})
 	})
+	if notify {
+		wake.Queue(ctx, b, "")
+	}
 	b.PointIf(fpAfterInsert, c, func() bool { return a.insert.Row() })
 	b.Commit(ctx)
 	if err := b.Send(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/wake"
 )
 
 // bulkOperation names a bulk chunk's transaction in error details and at
@@ -132,9 +133,12 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		insert = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkInsertRow, error) {
 			return queries.JobReplayBulkInsert(ctx, q, db.JobReplayBulkInsertParams{
 				OrganizationID: org, SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
-				JobTypes: lockedTypes, ReplayRequestKey: b.req.Key, Reason: b.req.Reason, Notify: !b.req.DryRun,
+				JobTypes: lockedTypes, ReplayRequestKey: b.req.Key, Reason: b.req.Reason,
 			})
 		})
+		if !b.req.DryRun {
+			wake.Queue(ctx, bt, distinct(lockedTypes)...)
+		}
 	}
 	if len(classifyAt) > 0 {
 		classIDs := make([]uuid.UUID, len(classifyAt))
@@ -247,6 +251,19 @@ func countSelection(ctx context.Context, q db.DBTX, req BulkRequest, until *time
 		ReplayRequestKey: req.Key, MaxJobs: max,
 	})
 	return int(n), err
+}
+
+// distinct returns the strings of ss once each, in order.
+func distinct(ss []string) []string {
+	var out []string
+	seen := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // found sets the result of a source whose lineage was found: existing when

@@ -129,7 +129,9 @@ func (r *run) listen(ctx context.Context) {
 			if err != nil {
 				break
 			}
-			if _, ok := r.handlers[n.Payload]; ok {
+			// The payload is the due job's type; empty for a replay,
+			// whose type the notifier did not know.
+			if _, ok := r.handlers[n.Payload]; ok || n.Payload == "" {
 				r.signal()
 			}
 		}

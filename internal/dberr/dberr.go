@@ -1,6 +1,8 @@
 // Package dberr translates errors from pgx into *runledger.Error. It is the
-// one place that reads SQLSTATEs and constraint names; nothing matches on
-// message text.
+// one place that reads SQLSTATEs and constraint names. Message text is read
+// for one thing only: Citus passes a worker's integrity error on without
+// its constraint field, and the name is then recovered from the quoted,
+// shard-suffixed name in the message (Constraint).
 package dberr
 
 import (
@@ -106,7 +108,7 @@ func Translate(ctx context.Context, op string, err error) error {
 	case isPg:
 		out = classifyPg(pgErr).New(detail)
 		out.SQLState = pgErr.Code
-		out.Constraint = pgErr.ConstraintName
+		out.Constraint = Constraint(pgErr)
 	case isConnectionFailure(err):
 		out = errs.Transient.New(detail)
 	default:
@@ -131,15 +133,42 @@ func CommitUnconfirmed(ctx context.Context, op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		out.SQLState = pgErr.Code
-		out.Constraint = pgErr.ConstraintName
+		out.Constraint = Constraint(pgErr)
 	}
 	return out
+}
+
+// Constraint returns the constraint an integrity error (class 23) names:
+// its constraint field or, when that is empty (an error Citus passes on
+// from a worker keeps only SQLSTATE and text), the name the message quotes
+// after "constraint ", without the shard id Citus appends to the names of
+// indexes and foreign keys ("uq_job_replays_source_request_102021"; a
+// check constraint keeps its name). "" when there is none (a trigger's
+// RAISE, through Citus).
+func Constraint(pgErr *pgconn.PgError) string {
+	if pgErr.ConstraintName != "" || !strings.HasPrefix(pgErr.Code, "23") {
+		return pgErr.ConstraintName
+	}
+	_, rest, ok := strings.Cut(pgErr.Message, `constraint "`)
+	if !ok {
+		return ""
+	}
+	name, _, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return ""
+	}
+	// A shard id is a number of at least six digits (Citus starts them at
+	// 102008); no constraint of the schema ends in one.
+	if cut := strings.LastIndexByte(name, '_'); cut > 0 && len(name)-cut-1 >= 6 && strings.Trim(name[cut+1:], "0123456789") == "" {
+		name = name[:cut]
+	}
+	return name
 }
 
 // classifyPg returns the kind of a server error: a known constraint's
 // first, then transient states, then the SQLSTATE table.
 func classifyPg(pgErr *pgconn.PgError) errs.Kind {
-	if k, ok := constraintErrors[pgErr.ConstraintName]; ok && strings.HasPrefix(pgErr.Code, "23") {
+	if k, ok := constraintErrors[Constraint(pgErr)]; ok && strings.HasPrefix(pgErr.Code, "23") {
 		return k
 	}
 	if transientStates[pgErr.Code] || strings.HasPrefix(pgErr.Code, "08") {

@@ -55,6 +55,36 @@ func TestClassifyStates(t *testing.T) {
 	}
 }
 
+// Citus passes a worker's integrity error on with its SQLSTATE and text
+// only: the constraint is read back from the name quoted after
+// "constraint " (without a shard id), and classifies as the constraint
+// would.
+func TestConstraintNameFromACitusMessage(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		err  pgconn.PgError
+		want string
+	}{
+		{pgconn.PgError{Code: "23505", ConstraintName: "uq_job_replays_source_request"}, "uq_job_replays_source_request"},
+		{pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "uq_job_queue_type_idempotency_global_102013"`}, "uq_job_queue_type_idempotency_global"},
+		{pgconn.PgError{Code: "23503", Message: `insert or update on table "job_replays_102018" violates foreign key constraint "fk_job_replays_source_job_102018"`}, "fk_job_replays_source_job"},
+		{pgconn.PgError{Code: "23503", Message: `update or delete on table "job_queue_102013" violates foreign key constraint "fk_job_replays_replay_job_102021" on table "job_replays_102021"`}, "fk_job_replays_replay_job"},
+		{pgconn.PgError{Code: "23514", Message: `new row for relation "job_queue_102013" violates check constraint "chk_job_queue_stage_not_blank"`}, "chk_job_queue_stage_not_blank"},
+		{pgconn.PgError{Code: "23514", Message: "a leased job with an execution resource key needs its claim"}, ""},
+		{pgconn.PgError{Code: "40P01", Message: `deadlock on constraint "x_1"`}, ""},
+	}
+	for _, c := range cases {
+		if got := dberr.Constraint(&c.err); got != c.want {
+			t.Errorf("%q: constraint %q, want %q", c.err.Message, got, c.want)
+		}
+	}
+	err := dberr.Translate(context.Background(), "op", &pgconn.PgError{Code: "23505",
+		Message: `duplicate key value violates unique constraint "uq_job_queue_type_idempotency_org_102010"`})
+	if e := testdb.WantCode(t, err, runledger.CodeAlreadyEnqueued); e.Constraint != "uq_job_queue_type_idempotency_org" {
+		t.Fatalf("%+v", e)
+	}
+}
+
 // conn opens one connection of its own to a fresh database.
 func conn(t *testing.T) (*pgx.Conn, *pgxpool.Pool) {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,12 +22,34 @@ import (
 func RowLocked(t testing.TB, pool *pgxpool.Pool, table, where string, arg any, mode string) bool {
 	t.Helper()
 	ctx := context.Background()
+	probe := "SELECT 1 FROM " + table + " WHERE " + where + " FOR " + mode + " NOWAIT"
+	args := []any{arg}
+	if Citus() && table != "job_definitions" {
+		// A row lock on Citus needs a statement routed to one tenant:
+		// probe the rows' tenant (read first, without a lock) by name.
+		tenants := Column[uuid.UUID](t, pool, "SELECT DISTINCT organization_id FROM "+table+" WHERE "+where, arg)
+		if len(tenants) == 0 {
+			return false
+		}
+		locked := false
+		for _, tenant := range tenants {
+			locked = locked || rowLockedIn(t, ctx, pool, "SELECT 1 FROM "+table+" WHERE organization_id = $2 AND ("+where+") FOR "+mode+" NOWAIT", mode, arg, tenant)
+		}
+		return locked
+	}
+	return rowLockedIn(t, ctx, pool, probe, mode, args...)
+}
+
+// rowLockedIn runs a NOWAIT lock probe in a transaction of its own and
+// reports lock_not_available.
+func rowLockedIn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, probe, mode string, args ...any) bool {
+	t.Helper()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin lock probe: %v", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE "+where+" FOR "+mode+" NOWAIT", arg)
+	_, err = tx.Exec(ctx, probe, args...)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -38,6 +61,39 @@ func RowLocked(t testing.TB, pool *pgxpool.Pool, table, where string, arg any, m
 	return false
 }
 
+// lockWaitersSQL lists the sessions of the current database that wait for
+// a lock not granted: in pg_locks, and on Citus also those whose
+// distributed transaction waits on a worker node (citus_lock_waits, whose
+// global pid is the node id times 10^10 plus the coordinator's pid: a
+// coordinator's pg_locks shows no wait for a lock on a worker's shard).
+func lockWaitersSQL() string {
+	q := `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	      WHERE NOT l.granted AND a.datname = current_database()`
+	if Citus() {
+		q += ` UNION SELECT (waiting_gpid % 10000000000)::int FROM citus_lock_waits`
+	}
+	return q
+}
+
+// LockWaiters returns the pids of the sessions that wait for a lock (see
+// lockWaitersSQL), of the database q is connected to.
+func LockWaiters(t testing.TB, q Querier) []int32 {
+	t.Helper()
+	return Column[int32](t, q, lockWaitersSQL())
+}
+
+// Waiting reports whether backend pid waits for a lock; pid 0 means any
+// backend of the database.
+func Waiting(t testing.TB, q Querier, pid uint32) bool {
+	t.Helper()
+	for _, w := range LockWaiters(t, q) {
+		if pid == 0 || uint32(w) == pid {
+			return true
+		}
+	}
+	return false
+}
+
 // WaitBlocked waits (WaitFor) until backend pid waits for a lock that is
 // not granted; pid 0 means any backend of the current database.
 func WaitBlocked(t testing.TB, pool *pgxpool.Pool, pid uint32) {
@@ -46,12 +102,7 @@ func WaitBlocked(t testing.TB, pool *pgxpool.Pool, pid uint32) {
 	if pid != 0 {
 		what = fmt.Sprintf("backend %d to wait on a lock", pid)
 	}
-	WaitFor(t, what, func() bool {
-		return Scalar[bool](t, pool, `
-			SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			               WHERE NOT l.granted AND a.datname = current_database()
-			                 AND ($1 = 0 OR l.pid = $1))`, int32(pid))
-	})
+	WaitFor(t, what, func() bool { return Waiting(t, pool, pid) })
 }
 
 // Begin begins a transaction on q, rolled back at cleanup (a no-op after

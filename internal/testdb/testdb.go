@@ -348,3 +348,7 @@ func logf(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "testdb: "+format+"\n", args...)
 	}
 }
+
+// Citus reports whether this test binary runs in the Citus lane, for the
+// few assertions that differ there (say why beside each).
+func Citus() bool { return os.Getenv(EnvCitus) == "1" }

@@ -1,6 +1,9 @@
-// Package wake decides when an insert of a due job wakes the workers: the
-// statement then sends pg_notify on Channel with the job type as payload,
-// which workers listening on Channel hear when the transaction commits.
+// Package wake decides when an insert of a due job wakes the workers, and
+// queues the statement that does it (Queue): pg_notify on Channel with the
+// job type as payload, in the insert's transaction, which workers
+// listening on Channel hear when it commits. An empty payload wakes every
+// worker (a replay's, whose job type is its source's, unknown when its
+// statements are queued).
 //
 // A notifying transaction holds PostgreSQL's notification lock from just
 // before its commit until the commit is durable, so notifying commits run
@@ -12,8 +15,13 @@
 package wake
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/txn"
 )
 
 // Channel is the LISTEN/NOTIFY channel of due jobs.
@@ -28,9 +36,24 @@ var (
 	last = map[string]time.Time{}
 )
 
+// always makes Due report true (Always).
+var always atomic.Int32
+
+// Always makes Due report true, for every job type, until the returned
+// function is called: for tests that need the statements an operation
+// sends to be the same every time. Calls nest.
+func Always() (restore func()) {
+	always.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { always.Add(-1) }) }
+}
+
 // Due reports whether an insert of a due job of jobType should notify now,
 // and if so records that it did.
 func Due(jobType string) bool {
+	if always.Load() > 0 {
+		return true
+	}
 	now := time.Now()
 	mu.Lock()
 	defer mu.Unlock()
@@ -43,4 +66,30 @@ func Due(jobType string) bool {
 	}
 	last[jobType] = now
 	return true
+}
+
+var queries = db.New()
+
+// Queue queues in b, after what is already queued, the statement that
+// wakes the workers of jobTypes when b's transaction commits: a statement
+// of its own (see WorkerNotifyDue in queries/worker.sql for why). Nothing
+// is queued for no types. An insert that writes nothing (a keyed enqueue
+// that finds its job, a replay that finds its lineage) may so send a wake
+// for nothing; the workers then claim nothing and wait again.
+func Queue(ctx context.Context, b *txn.Batch, jobTypes ...string) {
+	if len(jobTypes) == 0 {
+		return
+	}
+	txn.Queue(b, "wake the workers", func(q db.DBTX) (struct{}, error) {
+		return struct{}{}, queries.WorkerNotifyDue(ctx, q, jobTypes)
+	})
+}
+
+// Send is Queue for a statement run on its own in a transaction of the
+// caller's (q).
+func Send(ctx context.Context, q db.DBTX, jobTypes ...string) error {
+	if len(jobTypes) == 0 {
+		return nil
+	}
+	return queries.WorkerNotifyDue(ctx, q, jobTypes)
 }
