@@ -76,7 +76,7 @@ func (r *run) beat() {
 			r.log.Warn("runledger worker: heartbeat failed", "worker_id", r.cfg.WorkerID, "leases", n, "err", err)
 			now := time.Now()
 			for _, e := range batch {
-				if now.After(e.leaseEnd()) {
+				if now.After(e.leaseEnd()) && !e.settled.Load() {
 					r.loseLease(e, "its lease ran out while heartbeats failed")
 				}
 			}
@@ -85,7 +85,13 @@ func (r *run) beat() {
 		for i, res := range results {
 			e := batch[i]
 			if res.Err != nil {
-				r.loseLease(e, "its heartbeat was refused")
+				// A handler that has returned is not stopped: its outcome
+				// is with the committer, whose fenced write finds out
+				// whether the lease still held (this refusal may be that
+				// write, landed).
+				if !e.settled.Load() {
+					r.loseLease(e, "its heartbeat was refused")
+				}
 				continue
 			}
 			e.mu.Lock()
