@@ -124,12 +124,12 @@ func TestWorkerProcessKilledMidJob(t *testing.T) {
 	// The recoveries came within the child's lease and one recovery
 	// interval of the kill (its last heartbeat was before the kill), with
 	// room for a loaded machine.
-	last2 := testdb.Scalar[time.Time](t, e.admin, `SELECT max(occurred_at) FROM job_events WHERE payload->>'failure_kind' = 'LEASE_EXPIRED'`)
-	if bound := childLease + recovery + 3*time.Second; last2.Sub(killedAt) > bound {
-		t.Errorf("the last lease was recovered %s after the kill, want within %s", last2.Sub(killedAt), bound)
+	lastRecovery := testdb.Scalar[time.Time](t, e.admin, `SELECT max(occurred_at) FROM job_events WHERE payload->>'failure_kind' = 'LEASE_EXPIRED'`)
+	if bound := childLease + recovery + 5*time.Second; lastRecovery.Sub(killedAt) > bound {
+		t.Errorf("the last lease was recovered %s after the kill, want within %s", lastRecovery.Sub(killedAt), bound)
 	}
 	t.Logf("kill to last recovery %s, kill to every job terminal %s (child lease %s, recovery every %s, retry delay 1 s)",
-		last2.Sub(killedAt).Round(time.Millisecond), doneAt.Sub(killedAt).Round(time.Millisecond), childLease, recovery)
+		lastRecovery.Sub(killedAt).Round(time.Millisecond), doneAt.Sub(killedAt).Round(time.Millisecond), childLease, recovery)
 }
 
 // TestPausedWorkerProcessIsFencedOff pauses a worker process (SIGSTOP)
