@@ -325,10 +325,15 @@ func (r *report) printRuntime(w io.Writer, st *stats) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	fmt.Fprintf(w, "### Worker runtime\n\n")
-	fmt.Fprintf(w, "One worker.Worker (%d handlers, lease %s, heartbeats every %s, recovery every %s, its own pool of %d connections) for the whole load, jobs enqueued at %d/s with a chosen id; ",
-		r.cfg.workerConcurrency, r.cfg.workerLease, (r.cfg.workerLease / 3).Round(time.Millisecond), workerRecoveryInterval, 6+r.cfg.workerConcurrency, r.cfg.workerRate)
+	var enqueued int64
+	for _, n := range rt.enqueued {
+		enqueued += n
+	}
+	fmt.Fprintf(w, "One worker.Worker (%d handlers, lease %s, heartbeats every %s, recovery every %s, its own pool of %d connections) for the whole load; jobs enqueued with a chosen id at up to %d/s, %d at a time (%.1f/s achieved); ",
+		r.cfg.workerConcurrency, r.cfg.workerLease, (r.cfg.workerLease / 3).Round(time.Millisecond), workerRecoveryInterval, 6+r.cfg.workerConcurrency,
+		r.cfg.workerRate, producerInFlight, float64(enqueued)/r.elapsed.Seconds())
 	if rt.drainErr == nil {
-		fmt.Fprintf(w, "after the load it drained the rest in %s and shut down (Run returned %v).\n\n", rt.drained.Round(100*time.Millisecond), rt.runErr)
+		fmt.Fprintf(w, "after the load it drained the rest in %s and shut down (Run returned %v).\n\n", rt.drained.Round(time.Millisecond), rt.runErr)
 	} else {
 		fmt.Fprintf(w, "it did not drain: %v.\n\n", rt.drainErr)
 	}

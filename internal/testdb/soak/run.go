@@ -88,7 +88,7 @@ func run(ctx context.Context, cfg config) int {
 		return 2
 	}
 	defer wpool.Close()
-	producerPool, err := openPool(ctx, url, appProducer, 2)
+	producerPool, err := openPool(ctx, url, appProducer, producerInFlight)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		return 2

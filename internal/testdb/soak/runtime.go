@@ -19,7 +19,8 @@ import (
 )
 
 // The worker runtime's part of the soak: a producer enqueues jobs of
-// workType at -worker-rate per second, each with a chosen id (so that a
+// workType at -worker-rate per second (up to producerInFlight at a time),
+// each with a chosen id (so that a
 // retried enqueue is idempotent) and a kind in its payload that decides
 // what its handler does; one worker.Worker (-worker-concurrency handlers,
 // -worker-lease) on a pool of its own runs them for the whole load,
@@ -124,17 +125,37 @@ func (rt *runtimeLoad) run(ctx context.Context) {
 	rt.mu.Unlock()
 }
 
-// produce enqueues jobs at the configured rate until ctx ends.
+// producerInFlight bounds the producer's enqueues in flight (and sizes its
+// pool), so that the rate holds when one enqueue takes longer than the
+// interval between two.
+const producerInFlight = 8
+
+// produce enqueues jobs at the configured rate, up to producerInFlight at
+// a time, until ctx ends, and returns once the last one has.
 func (rt *runtimeLoad) produce(ctx context.Context) {
 	tick := time.NewTicker(time.Second / time.Duration(rt.cfg.workerRate))
 	defer tick.Stop()
+	slots := make(chan struct{}, producerInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		rt.enqueueOne()
+		req, kind := rt.nextRequest()
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			rt.enqueue(req, kind)
+		}()
 	}
 }
 
@@ -149,7 +170,9 @@ func (rt *runtimeLoad) pickKind() string {
 	return "ok"
 }
 
-func (rt *runtimeLoad) enqueueOne() {
+// nextRequest is the producer's next job (on its goroutine: it owns the
+// random source).
+func (rt *runtimeLoad) nextRequest() (jobs.EnqueueRequest, string) {
 	rt.seq++
 	kind := rt.pickKind()
 	payload, _ := json.Marshal(workPayload{Kind: kind, N: rt.seq})
@@ -157,6 +180,11 @@ func (rt *runtimeLoad) enqueueOne() {
 	if kind == "timeout" {
 		req.TimeoutSeconds, req.MaxAttempts = ptr[int32](1), ptr[int32](2)
 	}
+	return req, kind
+}
+
+// enqueue enqueues one job, retrying with the same request (and id).
+func (rt *runtimeLoad) enqueue(req jobs.EnqueueRequest, kind string) {
 	var res jobs.EnqueueResult
 	failed, err := rt.producer.do(opWorkEnqueue, func(ctx context.Context) (err error) {
 		res, err = jobs.Enqueue(ctx, rt.producer.pool, req)
