@@ -79,7 +79,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	done
 
 .PHONY: soak
-soak: ## Soak (not in CI): 16 clients for SOAK_DURATION (default 10m) on a durable throwaway server, one restart
+soak: ## Soak (not in CI): 16 clients and a worker runtime for SOAK_DURATION (default 10m) on a durable throwaway server, one restart
 	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION)
 
 .PHONY: lint

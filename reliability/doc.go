@@ -1,6 +1,6 @@
 // Package reliability holds no code of its own: its tests prove, against a
-// real PostgreSQL server, what the replay and jobs packages promise when
-// things go wrong. docs/RELIABILITY.md lists every fault with the test that
+// real PostgreSQL server, what the replay, jobs and worker packages promise
+// when things go wrong. docs/RELIABILITY.md lists every fault with the test that
 // proves it; in short:
 //
 //   - Killed connections. The backend of a replay (both entry points), a
@@ -21,6 +21,16 @@
 //     immediate mode and started again: afterwards there is exactly one
 //     replay per request key, every replay has its lineage row and its one
 //     ENQUEUED event, and the sources are unchanged.
+//   - The worker runtime. A worker process (the test binary started
+//     again as a worker child) is killed with SIGKILL mid-job, paused with
+//     SIGSTOP past its lease, and stopped with SIGTERM; a worker's network
+//     is black-holed while its handler runs; a completion's reply is lost
+//     while the network stays down; a dedicated durable server is
+//     restarted twice under a steady stream of jobs. Handlers record a
+//     side effect per attempt. Each time every job ends terminal (or is
+//     handed back unstarted, at its attempt), none stays LEASED, no attempt
+//     is finished or run twice, and a worker that lost its lease writes
+//     nothing more for the attempt.
 //   - Storms. Sixty-four concurrent requests on one key with two reasons
 //     resolve to one lineage row, consistently reported to every caller;
 //     sixty-four replays racing workers that claim and complete them
@@ -38,10 +48,10 @@
 // validation; FuzzRequestValidate (package replay) and the decoders'
 // targets (internal/rows) live beside the code they exercise.
 //
-// The server-restart and storm tests are skipped under -short (make
-// test-short); go test ./... and CI run everything.
+// The server-restart, storm and worker-process tests are skipped under
+// -short (make test-short); go test ./... and CI run everything.
 //
-// It is tooling: its tests stand on the library, the test kit
-// (internal/testdb, with pgproxy for faults on the wire) and the library's
-// failpoints, and nothing imports it.
+// It is tooling: its tests stand on the library, the worker runtime, the
+// test kit (internal/testdb, with pgproxy for faults on the wire) and the
+// library's failpoints, and nothing imports it.
 package reliability

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -23,7 +24,14 @@ import (
 	"github.com/runledger-go/runledger/replay"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+// TestMain runs the tests, or, in a worker child the worker tests start
+// (childEnv set), a worker instead.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runWorkerChild(spec))
+	}
+	testdb.Main(m)
+}
 
 // env is one test's database: admin is a pool for setup, inspection and
 // killing (application_name rl-admin), url its connection string.

@@ -50,8 +50,16 @@ func (r *run) beat() {
 		held = held[n:]
 		reqs := make([]jobs.HeartbeatRequest, n)
 		versions := make([]int, n)
+		// The round may take until the last of its leases ends: past that
+		// every lease it carries is gone anyway. Without a deadline, a
+		// network that stops answering would hold the round (and the
+		// handlers, never given up) forever.
+		var until time.Time
 		for i, e := range batch {
 			e.mu.Lock()
+			if e.leaseUntil.After(until) {
+				until = e.leaseUntil
+			}
 			reqs[i] = jobs.HeartbeatRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
 				WorkerID: r.cfg.WorkerID, Lease: r.cfg.Lease}
 			if e.dirty {
@@ -61,12 +69,14 @@ func (r *run) beat() {
 			e.mu.Unlock()
 		}
 		sent := time.Now()
-		results, err := jobs.HeartbeatMany(r.db, r.pool, reqs)
+		ctx, cancel := context.WithDeadline(r.db, until)
+		results, err := jobs.HeartbeatMany(ctx, r.pool, reqs)
+		cancel()
 		if err != nil {
 			r.log.Warn("runledger worker: heartbeat failed", "worker_id", r.cfg.WorkerID, "leases", n, "err", err)
 			now := time.Now()
 			for _, e := range batch {
-				if now.After(e.leaseEnd()) {
+				if now.After(e.leaseEnd()) && !e.settled.Load() {
 					r.loseLease(e, "its lease ran out while heartbeats failed")
 				}
 			}
@@ -75,7 +85,13 @@ func (r *run) beat() {
 		for i, res := range results {
 			e := batch[i]
 			if res.Err != nil {
-				r.loseLease(e, "its heartbeat was refused")
+				// A handler that has returned is not stopped: its outcome
+				// is with the committer, whose fenced write finds out
+				// whether the lease still held (this refusal may be that
+				// write, landed).
+				if !e.settled.Load() {
+					r.loseLease(e, "its heartbeat was refused")
+				}
 				continue
 			}
 			e.mu.Lock()

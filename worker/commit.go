@@ -127,21 +127,39 @@ func (r *run) flush(batch []*execution) {
 // write runs a batch write until every entry is settled: written, or
 // refused (the lease is not held: lost). A failure that wrote nothing
 // (transient) is retried; one whose outcome is unknown is resolved by
-// reading the jobs back, and only what did not land is retried. An entry
-// whose lease ran out meanwhile is lost.
+// reading the jobs back, and only what did not land is retried. A retry
+// refused for an entry whose earlier write was unconfirmed is read back
+// too: the refusal may be that write, landed. An entry whose lease ran out
+// meanwhile is lost.
 func (r *run) write(es []*execution, op func([]*execution) ([]jobs.Result[runledger.Job], error)) {
 	var bo backoff
+	var unsure map[*execution]bool // entries an unconfirmed write may have written
 	for len(es) > 0 {
 		results, err := op(es)
 		if err == nil {
+			var recheck []*execution
 			for i, res := range results {
+				if res.Err != nil && unsure[es[i]] {
+					recheck = append(recheck, es[i])
+					continue
+				}
 				r.report(es[i], res.Value, res.Err)
 			}
-			return
-		}
-		r.log.Warn("runledger worker: recording outcomes failed; retrying", "worker_id", r.cfg.WorkerID, "jobs", len(es), "err", err)
-		if errors.Is(err, runledger.ErrCommitUnconfirmed) {
-			es = r.resolve(es)
+			if len(recheck) == 0 {
+				return
+			}
+			es = r.resolve(recheck)
+		} else {
+			r.log.Warn("runledger worker: recording outcomes failed; retrying", "worker_id", r.cfg.WorkerID, "jobs", len(es), "err", err)
+			if errors.Is(err, runledger.ErrCommitUnconfirmed) {
+				if unsure == nil {
+					unsure = map[*execution]bool{}
+				}
+				for _, e := range es {
+					unsure[e] = true
+				}
+				es = r.resolve(es)
+			}
 		}
 		var left []*execution
 		for _, e := range es {
@@ -160,9 +178,10 @@ func (r *run) write(es []*execution, op func([]*execution) ([]jobs.Result[runled
 }
 
 // resolve reads back the jobs of a batch whose commit is unconfirmed:
-// those no longer leased at this attempt by this worker were written (the
-// fence lets only this worker's write end the lease), and are reported;
-// the others are returned to be written again.
+// those that show this worker's write at this attempt are reported
+// written, those still leased at this attempt by this worker are returned
+// to be written again, and the others (recovered, canceled, claimed
+// again) are reported lost.
 func (r *run) resolve(es []*execution) []*execution {
 	var left []*execution
 	for _, e := range es {
@@ -173,13 +192,28 @@ func (r *run) resolve(es []*execution) []*execution {
 		case j.Status == runledger.JobStatusLeased && j.RunNumber == e.job.RunNumber && j.Attempt == e.job.Attempt &&
 			j.WorkerID != nil && *j.WorkerID == r.cfg.WorkerID:
 			left = append(left, e)
-		case j.RunNumber == e.job.RunNumber && j.Attempt == e.job.Attempt && j.Status != runledger.JobStatusLeased:
+		case landed(e, j):
 			r.report(e, j, nil)
 		default:
 			r.report(e, j, errLeaseLost)
 		}
 	}
 	return left
+}
+
+// landed reports whether j, as read back, shows e's own write: at e's run
+// and attempt, SUCCEEDED for a completion; for a failure, out of LEASED
+// (PENDING or DEAD_LETTERED) with e's error code. A recovery at the same
+// attempt records job.lease_expired, a cancel leaves it CANCELED.
+func landed(e *execution, j runledger.Job) bool {
+	if j.RunNumber != e.job.RunNumber || j.Attempt != e.job.Attempt {
+		return false
+	}
+	if e.failure == nil {
+		return j.Status == runledger.JobStatusSucceeded
+	}
+	return (j.Status == runledger.JobStatusPending || j.Status == runledger.JobStatusDeadLettered) &&
+		j.LastErrorCode != nil && *j.LastErrorCode == e.failure.ErrorCode
 }
 
 // report turns a committed write of an attempt into its Finished.

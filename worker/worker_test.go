@@ -217,9 +217,11 @@ func TestWorkerRecordsFailures(t *testing.T) {
 	}
 }
 
-// Heartbeats keep a job that runs three times longer than its lease alive:
-// it finishes once, never recovered, with the progress and checkpoint it
-// reported stored and one PROGRESS event.
+// Heartbeats keep a job that runs three times longer than its lease alive,
+// while the same worker tries to recover expired leases every 50 ms: it
+// finishes once (one SUCCEEDED event, at attempt 1), never recovered (no
+// LEASE_EXPIRED failure, no retry or dead-letter), with the progress and
+// checkpoint it reported stored and one PROGRESS event.
 func TestWorkerHeartbeatsKeepALongJobAlive(t *testing.T) {
 	t.Parallel()
 	lease := 600 * time.Millisecond
@@ -247,9 +249,21 @@ func TestWorkerHeartbeatsKeepALongJobAlive(t *testing.T) {
 	if f.Outcome != worker.OutcomeSucceeded {
 		t.Fatalf("finished %+v", f)
 	}
+	if f.Duration < 3*lease {
+		t.Fatalf("the handler ran %s, want at least three leases (%s)", f.Duration, 3*lease)
+	}
 	got := h.job(j.ID)
 	if got.Attempt != 1 || got.ProgressDone == nil || *got.ProgressDone != 3 {
 		t.Fatalf("job %+v, want attempt 1 with progress 3", got)
+	}
+	if got.LastHeartbeatAt == nil || got.StartedAt == nil || got.LastHeartbeatAt.Sub(*got.StartedAt) < 2*lease {
+		t.Fatalf("last heartbeat %v, started %v: want heartbeats until the end of the job", got.LastHeartbeatAt, got.StartedAt)
+	}
+	if n := testdb.Scalar[int64](t, h.pool, `SELECT count(*) FROM job_events WHERE job_id = $1 AND event_type = 'SUCCEEDED' AND attempt = 1`, j.ID); n != 1 {
+		t.Fatalf("%d SUCCEEDED events, want exactly one", n)
+	}
+	if n := testdb.Scalar[int64](t, h.pool, `SELECT count(*) FROM job_events WHERE job_id = $1 AND payload->>'failure_kind' = 'LEASE_EXPIRED'`, j.ID); n != 0 {
+		t.Fatalf("%d LEASE_EXPIRED failures: the lease was recovered", n)
 	}
 	testdb.JSONEqual(t, "checkpoint", got.Checkpoint, `{"page":1}`)
 	types := testdb.EventTypes(t, h.pool, j.ID)

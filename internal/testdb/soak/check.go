@@ -49,7 +49,7 @@ var invariants = []struct{ name, sql string }{
 		    WHERE r.replay_job_id = a.job_id AND r.source_job_id = a.source_id
 		      AND r.source_run_number = 1 AND r.replay_request_key = a.key)`},
 	{"acknowledged jobs (enqueued or replayed) missing from job_queue: lost", `
-		SELECT count(*) FROM (SELECT DISTINCT job_id FROM soak_acks WHERE kind IN ('enqueued', 'replay')) a
+		SELECT count(*) FROM (SELECT DISTINCT job_id FROM soak_acks WHERE kind IN ('enqueued', 'replay', 'work_enqueued')) a
 		WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.id = a.job_id)`},
 	{"acknowledged completions not SUCCEEDED with exactly one SUCCEEDED event", `
 		SELECT count(*) FROM (SELECT DISTINCT job_id FROM soak_acks WHERE kind = 'completed') a
@@ -72,6 +72,45 @@ var invariants = []struct{ name, sql string }{
 		SELECT count(*) FROM job_queue q
 		WHERE NOT EXISTS (SELECT 1 FROM soak_acks a WHERE a.job_id = q.id AND a.kind IN ('enqueued', 'replay'))
 		  AND (q.idempotency_key IS NOT NULL OR EXISTS (SELECT 1 FROM job_replays r WHERE r.replay_job_id = q.id))`},
+	// The worker runtime's jobs (workType): soak_effects holds the side
+	// effect of every attempt whose handler got as far.
+	{"worker jobs acknowledged enqueued that are missing or not in their kind's final state (SUCCEEDED; DEAD_LETTERED for terminal, panic, timeout)", `
+		SELECT count(*) FROM (SELECT DISTINCT job_id, key FROM soak_acks WHERE kind = 'work_enqueued') a
+		LEFT JOIN job_queue q ON q.id = a.job_id
+		WHERE q.id IS NULL OR q.status::text <> CASE WHEN a.key IN ('terminal', 'panic', 'timeout') THEN 'DEAD_LETTERED' ELSE 'SUCCEEDED' END`},
+	{"worker jobs left PENDING or LEASED after the worker drained and shut down", `
+		SELECT count(*) FROM job_queue WHERE job_type = 'soak.work' AND status IN ('PENDING', 'LEASED')`},
+	{"SUCCEEDED worker jobs without exactly one SUCCEEDED event, at their final attempt", `
+		SELECT count(*) FROM job_queue q
+		WHERE q.job_type = 'soak.work' AND q.status = 'SUCCEEDED'
+		  AND (SELECT count(*) FILTER (WHERE e.attempt = q.attempt AND e.run_number = q.run_number) || '/' || count(*)
+		       FROM job_events e WHERE e.job_id = q.id AND e.event_type = 'SUCCEEDED') <> '1/1'`},
+	{"worker jobs not SUCCEEDED that have a SUCCEEDED event", `
+		SELECT count(*) FROM job_queue q
+		WHERE q.job_type = 'soak.work' AND q.status <> 'SUCCEEDED'
+		  AND EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = q.id AND e.event_type = 'SUCCEEDED')`},
+	{"worker attempts whose handler ran twice (more than one side effect for a job and attempt)", `
+		SELECT count(*) FROM (SELECT 1 FROM soak_effects GROUP BY job_id, attempt HAVING count(*) > 1) d`},
+	{"SUCCEEDED worker jobs without exactly one side effect at their final attempt", `
+		SELECT count(*) FROM job_queue q
+		WHERE q.job_type = 'soak.work' AND q.status = 'SUCCEEDED'
+		  AND (SELECT count(*) FROM soak_effects s WHERE s.job_id = q.id AND s.attempt = q.attempt) <> 1`},
+	{"DEAD_LETTERED worker jobs without exactly one DEAD_LETTERED event of their kind's failure (TERMINAL, PANICKED, TIMEOUT)", `
+		SELECT count(*) FROM job_queue q
+		JOIN (SELECT DISTINCT job_id, key FROM soak_acks WHERE kind = 'work_enqueued') a ON a.job_id = q.id
+		WHERE q.status = 'DEAD_LETTERED'
+		  AND (SELECT count(*) FILTER (WHERE e.payload->>'failure_kind' = CASE a.key WHEN 'terminal' THEN 'TERMINAL'
+		                                   WHEN 'panic' THEN 'PANICKED' WHEN 'timeout' THEN 'TIMEOUT' END) || '/' || count(*)
+		       FROM job_events e WHERE e.job_id = q.id AND e.event_type = 'DEAD_LETTERED') <> '1/1'`},
+	{"worker jobs in a final state the worker did not report exactly once (OnFinished: succeeded, dead-lettered)", `
+		SELECT count(*) FROM job_queue q
+		WHERE q.job_type = 'soak.work' AND q.status IN ('SUCCEEDED', 'DEAD_LETTERED')
+		  AND (SELECT count(*) FROM soak_acks a WHERE a.job_id = q.id
+		       AND a.kind = CASE q.status WHEN 'SUCCEEDED' THEN 'work_succeeded' ELSE 'work_dead' END) <> 1`},
+	{"worker reports (OnFinished succeeded, dead-lettered) of a job not in that state", `
+		SELECT count(*) FROM soak_acks a LEFT JOIN job_queue q ON q.id = a.job_id
+		WHERE (a.kind = 'work_succeeded' AND q.status IS DISTINCT FROM 'SUCCEEDED')
+		   OR (a.kind = 'work_dead' AND q.status IS DISTINCT FROM 'DEAD_LETTERED')`},
 	{"execution resource claims held for a job that does not hold that lease", `
 		SELECT count(*) FROM job_execution_resource_claims c
 		LEFT JOIN job_queue q ON q.id = c.job_id
@@ -126,7 +165,10 @@ func checkLedger(ctx context.Context, url string, acks *ackLog, st *stats, rep *
 	err = acks.each(func(a ack) error {
 		var src, key any
 		if a.source != uuid.Nil {
-			src, key = a.source, a.key
+			src = a.source
+		}
+		if a.key != "" {
+			key = a.key
 		}
 		batch = append(batch, []any{a.kind, a.job, src, key})
 		if len(batch) == 10000 {
@@ -176,7 +218,7 @@ func checkLedger(ctx context.Context, url string, acks *ackLog, st *stats, rep *
 	// that failed (each may have landed with its reply lost).
 	var unacked int64
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM job_queue q
-		WHERE NOT EXISTS (SELECT 1 FROM soak_acks a WHERE a.job_id = q.id AND a.kind IN ('enqueued', 'replay'))`).Scan(&unacked); err != nil {
+		WHERE NOT EXISTS (SELECT 1 FROM soak_acks a WHERE a.job_id = q.id AND a.kind IN ('enqueued', 'replay', 'work_enqueued'))`).Scan(&unacked); err != nil {
 		rep.fail("check: %v", err)
 	} else {
 		st.mu.Lock()
@@ -193,6 +235,18 @@ func checkLedger(ctx context.Context, url string, acks *ackLog, st *stats, rep *
 		})
 	}
 
+	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(k || ' ' || s, ', ' ORDER BY k, s), '') FROM (
+		    SELECT a.key || ':' || q.status AS k, count(*) AS s FROM (SELECT DISTINCT job_id, key FROM soak_acks WHERE kind = 'work_enqueued') a
+		    JOIN job_queue q ON q.id = a.job_id GROUP BY 1) x`).Scan(&rep.final.work); err != nil {
+		rep.fail("check: %v", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM soak_effects),
+		    (SELECT count(*) FROM job_queue WHERE job_type = 'soak.work' AND attempt > 1),
+		    (SELECT count(*) FROM job_events e JOIN job_queue q ON q.id = e.job_id
+		     WHERE q.job_type = 'soak.work' AND e.event_type = 'PROGRESS')`).
+		Scan(&rep.final.effects, &rep.final.workRetried, &rep.final.workProgress); err != nil {
+		rep.fail("check: %v", err)
+	}
 	if err := conn.QueryRow(ctx, `SELECT
 		    (SELECT count(*) FROM job_queue), (SELECT count(*) FROM job_events), (SELECT count(*) FROM job_replays),
 		    (SELECT string_agg(status::text || ' ' || n, ', ' ORDER BY status)

@@ -47,6 +47,7 @@ var reportOrder = []string{
 	opDefinition, opEnqueue, opEnqueueKeyed, cntKeyedExisting, opEnqueueRepeat,
 	opClaim, cntClaimed, cntClaimEmpty, opComplete, opFailRetry, opFailDead, cntReadBack,
 	opReplay, cntReplayLanded, opReplayRepeat, opGet, opRecover, cntRecovered,
+	opWorkEnqueue, opWorkSucceeded, opWorkRetried, opWorkDead, cntWorkLost,
 }
 
 // opTimeout bounds one operation with all its retries: longer than any
@@ -137,6 +138,10 @@ func newClient(id int, pool *pgxpool.Pool, st *stats, acks *ackLog, lease time.D
 		replays: newRing[replayReq](64), sources: newRing[sourceRef](256),
 	}
 }
+
+// clientTypes are the job types clients claim: the worker runtime's
+// (workType) are its own.
+var clientTypes = []string{jobTypes[0].name, jobTypes[1].name}
 
 // weights of the steps, out of 100.
 var steps = []struct {
@@ -285,7 +290,7 @@ func (c *client) enqueueRepeat() {
 }
 
 func (c *client) claimAndFinish() {
-	req := jobs.ClaimRequest{WorkerID: c.worker, Limit: 1 + c.rng.Intn(4), Lease: c.lease}
+	req := jobs.ClaimRequest{WorkerID: c.worker, JobTypes: clientTypes, Limit: 1 + c.rng.Intn(4), Lease: c.lease}
 	var claimed []runledger.Job
 	_, err := c.do(opClaim, func(ctx context.Context) (err error) {
 		claimed, err = jobs.Claim(ctx, c.pool, req)

@@ -10,12 +10,16 @@
 // of packages jobs and replay: definition upserts, keyed and unkeyed
 // enqueues, claims, completions, failures (retried and dead-lettered), reads,
 // lease recovery, replays of succeeded jobs and idempotent retries of
-// earlier enqueue keys and replay keys. Halfway through it restarts the
+// earlier enqueue keys and replay keys. Beside them the worker runtime
+// (package worker) runs jobs that a producer enqueues at -worker-rate per
+// second (runtime.go says what their handlers do), and drains them once
+// the load ends. Halfway through it restarts the
 // server once (-restart-mode, immediate by default: crash recovery from
 // the WAL). Every 10 seconds (-sample) it records the process's resident
-// set size (VmRSS from /proc/self/status) and Go heap, and the server's
-// open connections (pg_stat_activity). At the end it checks the ledger in
-// SQL against what the clients were told, and prints a report.
+// set size (VmRSS from /proc/self/status) and Go heap, goroutines, and the
+// server's open connections (pg_stat_activity). At the end it checks the
+// ledger in SQL against what the clients and the worker were told, and
+// prints a report.
 //
 // A client retries an operation that failed with a transient error or an
 // unconfirmed commit with the same request, as the library documents; any
@@ -25,8 +29,9 @@
 //
 // Exit status: 0 when every check passed; 1 when an invariant failed, a
 // client met an error other than a transient one or an unconfirmed commit,
-// or a retryable error happened away from the restart; 2 when the soak
-// could not run (bad flags, no server binaries).
+// a retryable error happened away from the restart, the worker logged a
+// warning away from it (its handlers' panics aside), or its jobs did not
+// drain; 2 when the soak could not run (bad flags, no server binaries).
 //
 // It is a program rather than a test so that go test ./... never runs it
 // (it takes minutes) and it is never silently skipped when asked for:
@@ -58,6 +63,10 @@ type config struct {
 	window      time.Duration
 	lease       time.Duration
 	verbose     bool
+
+	workerConcurrency int
+	workerRate        int
+	workerLease       time.Duration
 }
 
 func main() {
@@ -92,6 +101,9 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.restartMode, "restart-mode", "immediate", `"immediate" (SIGQUIT, crash recovery) or "fast" (SIGINT, checkpoint)`)
 	fs.DurationVar(&cfg.window, "window", 30*time.Second, "how long after the restart's end a retryable error still counts as caused by it")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of claimed jobs")
+	fs.IntVar(&cfg.workerConcurrency, "worker-concurrency", 16, "handlers of the worker runtime (package worker), on a pool of its own")
+	fs.IntVar(&cfg.workerRate, "worker-rate", 100, "worker jobs enqueued per second")
+	fs.DurationVar(&cfg.workerLease, "worker-lease", 10*time.Second, "the worker runtime's lease (heartbeats every third of it)")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the server's start and restart to stderr")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -111,6 +123,12 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("-restart-mode %q: want immediate or fast", cfg.restartMode)
 	case cfg.lease <= 0:
 		return config{}, errors.New("-lease must be positive")
+	case cfg.workerConcurrency < 1:
+		return config{}, errors.New("-worker-concurrency must be at least 1")
+	case cfg.workerRate < 1 || cfg.workerRate > 10000:
+		return config{}, errors.New("-worker-rate must be between 1 and 10000")
+	case cfg.workerLease < 3*time.Millisecond:
+		return config{}, errors.New("-worker-lease must be at least 3ms")
 	}
 	return cfg, nil
 }

@@ -25,7 +25,12 @@ type report struct {
 	final    struct {
 		jobs, events, replays int64
 		statuses              string
+		// The worker runtime's jobs: by kind and final status, side
+		// effects, jobs that needed more than one attempt, PROGRESS events.
+		work                               string
+		effects, workRetried, workProgress int64
 	}
+	rt *runtimeLoad
 }
 
 func (r *report) addSample(s sample) {
@@ -66,6 +71,47 @@ func (r *report) judge(st *stats) {
 			r.fail("invariant %q: %d violations", c.name, c.violations)
 		}
 	}
+	r.judgeRuntime(st)
+}
+
+// judgeRuntime fails the soak when the worker's Run failed, its jobs did
+// not drain, the restart left no trace in its log (it did not hit the
+// worker), or it logged a warning or error away from the restart (the
+// panic kind's records aside).
+func (r *report) judgeRuntime(st *stats) {
+	rt := r.rt
+	if rt == nil {
+		return
+	}
+	rt.mu.Lock()
+	runErr, drainErr := rt.runErr, rt.drainErr
+	rt.mu.Unlock()
+	if runErr != nil {
+		r.fail("worker: Run returned %v", runErr)
+	}
+	if drainErr != nil {
+		r.fail("worker: %v", drainErr)
+	}
+	if st.restartEnded.IsZero() {
+		return
+	}
+	windowEnd := st.restartEnded.Add(r.cfg.window)
+	rt.logs.mu.Lock()
+	defer rt.logs.mu.Unlock()
+	hit := false
+	for k, a := range rt.logs.recs {
+		if k.msg == expectedLog {
+			continue
+		}
+		hit = true
+		if a.first.Before(st.restartBegan) || a.last.After(windowEnd) {
+			r.fail("worker logged %q (%s) from %s to %s relative to the restart's beginning, outside the window [0, %s]",
+				k.msg, k.level, rel(a.first, st.restartBegan), rel(a.last, st.restartBegan), rel(windowEnd, st.restartBegan))
+		}
+	}
+	if !hit {
+		r.fail("worker: no warning in its log: the restart did not hit the worker")
+	}
 }
 
 // rel is t relative to base, signed, in seconds to the millisecond.
@@ -79,7 +125,7 @@ func (r *report) print(w io.Writer, st *stats) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
-	fmt.Fprintf(w, "## Soak: %s, %d clients, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.restartMode)
+	fmt.Fprintf(w, "## Soak: %s, %d clients and a worker runtime, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.restartMode)
 	fmt.Fprintf(w, "- server: PostgreSQL %s (pgtemp, Durable)\n", r.server)
 	if !st.restartEnded.IsZero() {
 		fmt.Fprintf(w, "- restart (%s) began at %s into the load and took %s (until the server accepted connections again)\n",
@@ -106,6 +152,8 @@ func (r *report) print(w io.Writer, st *stats) {
 		fmt.Fprintf(w, "| %s | %d | %.1f |\n", k, n, float64(n)/secs)
 	}
 	fmt.Fprintf(w, "| **all operations** | **%d** | **%.1f** |\n\n", total, float64(total)/secs)
+
+	r.printRuntime(w, st)
 
 	fmt.Fprintf(w, "### Retryable errors (each retried with the same request)\n\n")
 	if len(st.errs) == 0 {
@@ -146,22 +194,22 @@ func (r *report) print(w io.Writer, st *stats) {
 	}
 
 	fmt.Fprintf(w, "### Samples\n\nRSS is VmRSS from /proc/self/status; Go heap is runtime.MemStats.HeapInuse. ")
-	fmt.Fprintf(w, "Server connections are pg_stat_activity client backends: the client pool's (of which idle in a transaction at that instant), and all (the monitor's own included).\n\n")
-	fmt.Fprintf(w, "| t | RSS MiB | Go heap MiB | goroutines | pool conns | server conns: clients (idle in tx) / all | jobs pending / leased / total | ops/s | note |\n")
-	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "Server connections are pg_stat_activity client backends: the client pool's (of which idle in a transaction at that instant), the worker pool's, and all (the monitor's and the producer's included). The last samples are taken as the clients stop, once the worker has drained its jobs, and once it has stopped.\n\n")
+	fmt.Fprintf(w, "| t | RSS MiB | Go heap MiB | goroutines | pool conns | server conns: clients (idle in tx) / worker / all | worker pool conns | jobs pending / leased / total | ops/s | note |\n")
+	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.samples {
 		note := s.note
 		if s.serverErr != "" {
 			note = strings.TrimSpace(note + " server: " + s.serverErr)
 		}
-		srv := fmt.Sprintf("%d (%d) / %d", s.serverConns, s.idleInTx, s.allClients)
+		srv := fmt.Sprintf("%d (%d) / %d / %d", s.serverConns, s.idleInTx, s.workerConns, s.allClients)
 		q := fmt.Sprintf("%d / %d / %d", s.pending, s.leased, s.jobs)
 		if s.serverConns < 0 {
 			srv, q = "-", "-"
 		}
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d | %d | %s | %s | %.0f | %s |\n",
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d | %d | %s | %d | %s | %.0f | %s |\n",
 			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.heapInuse)/(1<<20), s.goroutines, s.poolConns,
-			srv, q, s.opsPerSec, note)
+			srv, s.workerPool, q, s.opsPerSec, note)
 	}
 	fmt.Fprintln(w)
 	r.printFlatness(w)
@@ -194,7 +242,7 @@ func (r *report) printFlatness(w io.Writer) {
 		warm = q
 	}
 	var rssMin, rssMax, heapMin, heapMax int64 = -1, -1, -1, -1
-	connMin, connMax := -1, -1
+	connMin, connMax, wMin, wMax, gMin, gMax := -1, -1, -1, -1, -1, -1
 	var n int
 	for _, s := range r.samples {
 		if s.at < warm {
@@ -214,21 +262,36 @@ func (r *report) printFlatness(w io.Writer) {
 		if h > heapMax {
 			heapMax = h
 		}
-		if s.serverConns >= 0 && s.note == "" {
+		if s.note != "" {
+			continue // the load has stopped: goroutines and connections go down
+		}
+		if gMin < 0 || s.goroutines < gMin {
+			gMin = s.goroutines
+		}
+		if s.goroutines > gMax {
+			gMax = s.goroutines
+		}
+		if s.serverConns >= 0 {
 			if connMin < 0 || s.serverConns < connMin {
 				connMin = s.serverConns
 			}
 			if s.serverConns > connMax {
 				connMax = s.serverConns
 			}
+			if wMin < 0 || s.workerConns < wMin {
+				wMin = s.workerConns
+			}
+			if s.workerConns > wMax {
+				wMax = s.workerConns
+			}
 		}
 	}
 	if n == 0 {
 		return
 	}
-	fmt.Fprintf(w, "After warm-up (%s, %d samples): RSS %.1f to %.1f MiB, Go heap %.1f to %.1f MiB, client server connections %d to %d.\n\n",
+	fmt.Fprintf(w, "After warm-up (%s, %d samples, the ones after the load excluded from the last three): RSS %.1f to %.1f MiB, Go heap %.1f to %.1f MiB, goroutines %d to %d, client server connections %d to %d, worker server connections %d to %d.\n\n",
 		warm.Round(time.Second), n, float64(rssMin)/1024, float64(rssMax)/1024,
-		float64(heapMin)/(1<<20), float64(heapMax)/(1<<20), connMin, connMax)
+		float64(heapMin)/(1<<20), float64(heapMax)/(1<<20), gMin, gMax, connMin, connMax, wMin, wMax)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -250,4 +313,53 @@ func formatCounts(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printRuntime prints the worker runtime's section: its configuration, the
+// jobs by kind and final state, and what it logged.
+func (r *report) printRuntime(w io.Writer, st *stats) {
+	rt := r.rt
+	if rt == nil {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	fmt.Fprintf(w, "### Worker runtime\n\n")
+	var enqueued int64
+	for _, n := range rt.enqueued {
+		enqueued += n
+	}
+	fmt.Fprintf(w, "One worker.Worker (%d handlers, lease %s, heartbeats every %s, recovery every %s, its own pool of %d connections) for the whole load; jobs enqueued with a chosen id at up to %d/s, %d at a time (%.1f/s achieved); ",
+		r.cfg.workerConcurrency, r.cfg.workerLease, (r.cfg.workerLease / 3).Round(time.Millisecond), workerRecoveryInterval, 6+r.cfg.workerConcurrency,
+		r.cfg.workerRate, producerInFlight, float64(enqueued)/r.elapsed.Seconds())
+	if rt.drainErr == nil {
+		fmt.Fprintf(w, "after the load it drained the rest in %s and shut down (Run returned %v).\n\n", rt.drained.Round(time.Millisecond), rt.runErr)
+	} else {
+		fmt.Fprintf(w, "it did not drain: %v.\n\n", rt.drainErr)
+	}
+	fmt.Fprintf(w, "- enqueued by kind: %s\n", formatCounts(rt.enqueued))
+	fmt.Fprintf(w, "- final state by kind: %s\n", r.final.work)
+	fmt.Fprintf(w, "- side effects recorded: %d; jobs that needed more than one attempt: %d; PROGRESS events (long jobs): %d\n\n",
+		r.final.effects, r.final.workRetried, r.final.workProgress)
+	rt.logs.mu.Lock()
+	defer rt.logs.mu.Unlock()
+	if len(rt.logs.recs) == 0 {
+		fmt.Fprintf(w, "The worker logged no warning or error.\n\n")
+		return
+	}
+	keys := make([]logKey, 0, len(rt.logs.recs))
+	for k := range rt.logs.recs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].msg < keys[j].msg })
+	fmt.Fprintf(w, "| worker log (warning and above) | level | count | first | last |\n|---|---|---:|---:|---:|\n")
+	for _, k := range keys {
+		a := rt.logs.recs[k]
+		first, last := "", ""
+		if !st.restartBegan.IsZero() {
+			first, last = rel(a.first, st.restartBegan), rel(a.last, st.restartBegan)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s |\n", k.msg, k.level, a.count, first, last)
+	}
+	fmt.Fprintf(w, "\nTimes are relative to the restart's beginning; %q is the panic kind's, expected wherever it falls.\n\n", expectedLog)
 }

@@ -20,8 +20,9 @@ import (
 // Application names of the soak's pools, to find their backends in
 // pg_stat_activity.
 const (
-	appClients = "soak-client"
-	appMonitor = "soak-monitor"
+	appClients  = "soak-client"
+	appMonitor  = "soak-monitor"
+	appProducer = "soak-producer"
 )
 
 // Job types the clients use, with the settings every definition upsert
@@ -79,12 +80,48 @@ func run(ctx context.Context, cfg config) int {
 		return 2
 	}
 	defer monitor.Close()
+	// The worker runtime's pool: its six connections and one for each
+	// handler's side effect.
+	wpool, err := openPool(ctx, url, appWorker, int32(6+cfg.workerConcurrency))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 2
+	}
+	defer wpool.Close()
+	producerPool, err := openPool(ctx, url, appProducer, producerInFlight)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 2
+	}
+	defer producerPool.Close()
 
 	st := newStats()
+	rt, err := newRuntimeLoad(cfg, wpool, producerPool, st, acks)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak: worker:", err)
+		return 2
+	}
+	rep.rt = rt
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.duration)
 	defer stopLoad()
 	start := time.Now()
 	st.start = start
+
+	// The worker runs until it is told to stop after the drain; the
+	// producer for the load's duration.
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	workerDone := make(chan struct{})
+	go func() {
+		defer close(workerDone)
+		rt.run(workerCtx)
+	}()
+	var producerWG sync.WaitGroup
+	producerWG.Add(1)
+	go func() {
+		defer producerWG.Done()
+		rt.produce(loadCtx)
+	}()
 
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.clients; i++ {
@@ -96,22 +133,25 @@ func run(ctx context.Context, cfg config) int {
 		}()
 	}
 
-	// The sampler runs until the clients have stopped, and takes one last
-	// sample then.
+	// The sampler runs until the worker has stopped, and takes a sample at
+	// once for each note it is sent (the clients stopped, the worker
+	// drained and stopped).
 	samplerDone := make(chan struct{})
-	clientsDone := make(chan struct{})
+	notes := make(chan string)
 	go func() {
 		defer close(samplerDone)
 		tick := time.NewTicker(cfg.sample)
 		defer tick.Stop()
-		rep.addSample(takeSample(ctx, monitor, pool, st, start, ""))
+		rep.addSample(takeSample(ctx, monitor, pool, wpool, st, start, ""))
 		for {
 			select {
 			case <-tick.C:
-				rep.addSample(takeSample(ctx, monitor, pool, st, start, ""))
-			case <-clientsDone:
-				rep.addSample(takeSample(ctx, monitor, pool, st, start, "clients stopped"))
-				return
+				rep.addSample(takeSample(ctx, monitor, pool, wpool, st, start, ""))
+			case note, ok := <-notes:
+				if !ok {
+					return
+				}
+				rep.addSample(takeSample(ctx, monitor, pool, wpool, st, start, note))
 			}
 		}
 	}()
@@ -134,9 +174,22 @@ func run(ctx context.Context, cfg config) int {
 	}
 
 	wg.Wait()
-	close(clientsDone)
-	<-samplerDone
+	producerWG.Wait()
 	rep.elapsed = time.Since(start)
+	notes <- "clients stopped"
+	// The worker drains what is left (retries, long jobs), then shuts
+	// down: a clean shutdown leaves none of its jobs LEASED.
+	rt.drain(ctx, monitor, 3*time.Minute)
+	notes <- "worker drained"
+	stopWorker()
+	select {
+	case <-workerDone:
+	case <-time.After(time.Minute):
+		rep.fail("worker: Run did not return within a minute of its context's end")
+	}
+	notes <- "worker stopped"
+	close(notes)
+	<-samplerDone
 	if ctx.Err() != nil {
 		rep.fail("interrupted after %s", rep.elapsed.Round(time.Second))
 	}
@@ -145,6 +198,8 @@ func run(ctx context.Context, cfg config) int {
 		rep.fail("acknowledgement log: %v", err)
 	}
 	pool.Close()
+	wpool.Close()
+	producerPool.Close()
 	monitor.Close()
 	runtime.GC()
 
@@ -181,6 +236,15 @@ func setup(ctx context.Context, url string, rep *report) error {
 		if _, err := jobs.UpsertDefinition(ctx, pool, definitionInput(jt.name)); err != nil {
 			return fmt.Errorf("define %s: %w", jt.name, err)
 		}
+	}
+	attempts, timeout := int32(workMaxAttempts), int32(workTimeout)
+	if _, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: workType, MaxAttempts: &attempts, TimeoutSeconds: &timeout}); err != nil {
+		return fmt.Errorf("define %s: %w", workType, err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE soak_effects (job_id uuid NOT NULL, attempt int NOT NULL,
+		at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE INDEX ON soak_effects (job_id, attempt)`); err != nil {
+		return fmt.Errorf("create soak_effects: %w", err)
 	}
 	return pool.QueryRow(ctx, `SELECT current_setting('server_version') || ', fsync ' || current_setting('fsync')
 		|| ', synchronous_commit ' || current_setting('synchronous_commit')

@@ -159,6 +159,8 @@ type sample struct {
 	goroutines  int
 	poolConns   int32 // connections the client pool holds
 	serverConns int   // backends of the client pool (pg_stat_activity)
+	workerPool  int32 // connections the worker's pool holds
+	workerConns int   // backends of the worker's pool
 	idleInTx    int   // of those, idle inside a transaction right now
 	allClients  int   // every client backend, the monitor's included
 	pending     int64 // jobs PENDING
@@ -178,7 +180,7 @@ var (
 // takeSample reads memory and goroutines from the process and the
 // connection counts and queue depth from the server (over the monitor
 // pool, whose own backend is counted only in allClients).
-func takeSample(ctx context.Context, monitor, clients *pgxpool.Pool, st *stats, start time.Time, note string) sample {
+func takeSample(ctx context.Context, monitor, clients, workers *pgxpool.Pool, st *stats, start time.Time, note string) sample {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	s := sample{
@@ -187,6 +189,7 @@ func takeSample(ctx context.Context, monitor, clients *pgxpool.Pool, st *stats, 
 		heapInuse:  ms.HeapInuse,
 		goroutines: runtime.NumGoroutine(),
 		poolConns:  clients.Stat().TotalConns(),
+		workerPool: workers.Stat().TotalConns(),
 		note:       note,
 	}
 	total := st.total.Load()
@@ -200,15 +203,16 @@ func takeSample(ctx context.Context, monitor, clients *pgxpool.Pool, st *stats, 
 	err := monitor.QueryRow(qctx, `
 		SELECT count(*) FILTER (WHERE application_name = $1),
 		       count(*) FILTER (WHERE application_name = $1 AND state LIKE 'idle in transaction%'),
+		       count(*) FILTER (WHERE application_name = $2),
 		       count(*)
-		FROM pg_stat_activity WHERE backend_type = 'client backend'`, appClients).Scan(&s.serverConns, &s.idleInTx, &s.allClients)
+		FROM pg_stat_activity WHERE backend_type = 'client backend'`, appClients, appWorker).Scan(&s.serverConns, &s.idleInTx, &s.workerConns, &s.allClients)
 	if err == nil {
 		err = monitor.QueryRow(qctx, `
 			SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'LEASED'), count(*)
 			FROM job_queue`).Scan(&s.pending, &s.leased, &s.jobs)
 	}
 	if err != nil {
-		s.serverConns, s.allClients, s.pending, s.leased, s.jobs = -1, -1, -1, -1, -1
+		s.serverConns, s.workerConns, s.allClients, s.pending, s.leased, s.jobs = -1, -1, -1, -1, -1, -1
 		s.serverErr = cause(err)
 	}
 	return s
