@@ -300,7 +300,7 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 const jobReplayListForSource = `-- name: JobReplayListForSource :many
 SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key, jr.reason, jr.created_at, jr.organization_id, replay.status AS replay_status, replay.run_number AS replay_run_number
 FROM job_replays jr
-JOIN job_queue replay ON replay.organization_id = jr.organization_id AND replay.id = jr.replay_job_id
+JOIN job_queue replay ON replay.organization_id = $1 AND replay.id = jr.replay_job_id
 WHERE jr.organization_id = $1
   AND jr.source_job_id = $2
   AND ($3::uuid IS NULL

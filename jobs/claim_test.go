@@ -46,7 +46,7 @@ func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = holder.Rollback(ctx) }()
-	testdb.Exec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, held.ID)
+	testdb.LockJob(t, holder, held.ID, "UPDATE")
 	if !testdb.RowLocked(t, pool, "job_queue", "id = $1", held.ID, "UPDATE") {
 		t.Fatal("precondition: the holder's row lock is not visible to another connection")
 	}

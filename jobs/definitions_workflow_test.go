@@ -76,7 +76,7 @@ func TestEnqueueWorkflowStepOwnsTheJob(t *testing.T) {
 	if err != nil || step == nil || *step != res.WorkflowStepID {
 		t.Fatalf("WorkflowStepFor = %v, %v; want %s", step, err, res.WorkflowStepID)
 	}
-	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM workflow_runs r JOIN workflow_steps s ON s.workflow_run_id = r.id
+	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM workflow_runs r JOIN workflow_steps s ON s.organization_id = r.organization_id AND s.workflow_run_id = r.id
 		WHERE r.id = $1 AND r.organization_id = $2 AND r.workflow_type = 'onboarding'
 		  AND s.step_key = 'welcome-email' AND s.execution_kind = 'JOB' AND s.job_id = $3`,
 		res.WorkflowRunID, org, res.Job.ID); n != 1 {

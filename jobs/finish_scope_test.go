@@ -71,7 +71,7 @@ func jobState(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUI
 	if err := pool.QueryRow(ctx, `
 		SELECT concat_ws('|', status, stage, run_number, attempt, worker_id, lease_expires_at, finished_at,
 		                 last_error_code, output::text, updated_at,
-		                 (SELECT count(*) FROM job_events e WHERE e.job_id = j.id))
+		                 (SELECT count(*) FROM job_events e WHERE e.organization_id = j.organization_id AND e.job_id = j.id))
 		FROM job_queue j WHERE id = $1`, id).Scan(&s); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func heartbeatFor(j runledger.Job) jobs.HeartbeatRequest {
 // expire moves a lease's end into the past by the database clock.
 func expire(t *testing.T, q testdb.Querier, id uuid.UUID) {
 	t.Helper()
-	testdb.Exec(t, q, `UPDATE job_queue SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1`, id)
+	testdb.Exec(t, q, `UPDATE job_queue SET lease_expires_at = now() - interval '1 millisecond' WHERE id = $1`, id)
 }
 
 // A heartbeat extends the lease from the database clock and renews the

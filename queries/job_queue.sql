@@ -1,9 +1,11 @@
 -- Every statement that addresses a job names its tenant: organization_id
 -- is NOT NULL, the global scope stored as the nil UUID (the library maps
--- it at the edge), and @organization_id is always given. On Citus a
--- statement that names one tenant runs on the one shard holding it; the
--- statements over every tenant (the cross-tenant claim and recovery, the
--- operator listings) say so.
+-- it at the edge), and @organization_id is always given. Every table such
+-- a statement reads, in a join or a correlated subquery too, is pinned to
+-- @organization_id itself (not to another table's column): only then does
+-- Citus see that the whole statement belongs to one shard and route it
+-- there as it is. The statements over every tenant (the cross-tenant claim
+-- and recovery, the operator listings) say so.
 
 -- JobEnqueue inserts a job and its ENQUEUED event in one statement. The
 -- job type's definition must be enabled; it is read FOR SHARE, so a
@@ -251,44 +253,36 @@ GROUP BY jq.organization_id
 ORDER BY max(jq.priority) DESC, min(jq.next_run_at)
 LIMIT @max_tenants;
 
--- JobClaimTenant is JobClaim for one tenant's jobs (@organization_id):
+-- JobClaimTenant is JobClaim for one tenant's jobs (@organization_id),
 -- routed to the tenant's shard on Citus, where the claim runs it tenant by
--- tenant.
+-- tenant. Without JobClaim's walk over the priorities (Citus refuses a
+-- recursive CTE beside the statement's writes): it reads the tenant's
+-- PENDING jobs in claim order on idx_job_queue_tenant_claim (created on
+-- Citus only) and passes over those not yet due, so a tenant's jobs
+-- scheduled for later at a higher priority than its due ones are read.
+-- The rest is JobClaim's: SKIP LOCKED, one resource claim per key and
+-- tenant, the lease, one LEASED event each.
 -- name: JobClaimTenant :many
-WITH RECURSIVE priorities (priority) AS (
-    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING' AND jq.organization_id = @organization_id
-    UNION ALL
-    SELECT (SELECT max(jq.priority) FROM job_queue jq
-            WHERE jq.status = 'PENDING' AND jq.organization_id = @organization_id AND jq.priority < priorities.priority)
-    FROM priorities
-    WHERE priorities.priority IS NOT NULL
-),
-candidates AS MATERIALIZED (
-    SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
-    FROM priorities
-    CROSS JOIN LATERAL (
-        SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
-        FROM job_queue jq
-        WHERE jq.status = 'PENDING'
-          AND jq.organization_id = @organization_id
-          AND jq.priority = priorities.priority
-          AND jq.next_run_at <= now()
-          AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
-          AND (
-              jq.execution_resource_key IS NULL
-              OR NOT EXISTS (
-                  SELECT 1
-                  FROM job_execution_resource_claims c
-                  WHERE c.organization_id = jq.organization_id
-                    AND c.resource_key = jq.execution_resource_key
-                    AND (c.release_after IS NULL OR c.release_after > now())
-              )
+WITH candidates AS MATERIALIZED (
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    FROM job_queue jq
+    WHERE jq.status = 'PENDING'
+      AND jq.organization_id = @organization_id
+      AND jq.next_run_at <= now()
+      AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
+      AND (
+          jq.execution_resource_key IS NULL
+          OR NOT EXISTS (
+              SELECT 1
+              FROM job_execution_resource_claims c
+              WHERE c.organization_id = @organization_id
+                AND c.resource_key = jq.execution_resource_key
+                AND (c.release_after IS NULL OR c.release_after > now())
           )
-        ORDER BY jq.next_run_at, jq.created_at
-        LIMIT @max_jobs
-        FOR UPDATE OF jq SKIP LOCKED
-    ) due
+      )
+    ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
     LIMIT @max_jobs
+    FOR UPDATE OF jq SKIP LOCKED
 ),
 acquired AS (
     INSERT INTO job_execution_resource_claims AS rc (
@@ -298,7 +292,7 @@ acquired AS (
            candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
            @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
     FROM candidates
-    JOIN job_queue jq ON jq.organization_id = candidates.organization_id AND jq.id = candidates.id
+    JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = candidates.id
     WHERE candidates.execution_resource_key IS NOT NULL
     ORDER BY candidates.organization_id, candidates.execution_resource_key,
              candidates.priority DESC, candidates.next_run_at, candidates.created_at
@@ -408,7 +402,10 @@ SELECT * FROM completed;
 -- the failure kind, in the event. Leaving LEASED releases a job's
 -- execution resource claim (trigger).
 -- name: JobFailMany :many
-WITH input AS (
+WITH clock AS (
+    SELECT now() AS now, clock_timestamp() AS at
+),
+input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
@@ -417,11 +414,11 @@ WITH input AS (
            (@failure_kinds::text[])[i.ord] AS failure_kind,
            (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
            NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
-           NULLIF((@error_messages::text[])[i.ord], '') AS error_message
+           NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
+           clock.now, clock.at
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-clock AS (
-    SELECT now() AS now, clock_timestamp() AS at
+    CROSS JOIN clock
 ),
 failed AS (
     UPDATE job_queue jq
@@ -431,20 +428,20 @@ failed AS (
                      THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                            THEN jq.next_run_at
-                           ELSE clock.now + make_interval(secs => input.retry_delay_seconds) END,
-        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN clock.now END,
+                           ELSE input.retry_at END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN input.now END,
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
         last_error_message = input.error_message
-    FROM input, clock
+    FROM input
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock.at
+      AND jq.lease_expires_at > input.at
     RETURNING jq.*, input.failure_kind
 ),
 event AS (
@@ -476,29 +473,30 @@ FROM failed;
 -- (The self-join reads the row as it was before the update, to tell a
 -- change; only the lease holder writes these columns.)
 -- name: JobHeartbeatMany :many
-WITH input AS (
+WITH clock AS (
+    SELECT clock_timestamp() AS at
+),
+input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
            (@worker_ids::text[])[i.ord] AS worker_id,
-           (@lease_seconds::float8[])[i.ord] AS lease_seconds,
+           clock.at + make_interval(secs => (@lease_seconds::float8[])[i.ord]) AS lease_until,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
-           (@checkpoints::jsonb[])[i.ord] AS checkpoint
+           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           clock.at
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-clock AS (
-    SELECT clock_timestamp() AS at
+    CROSS JOIN clock
 ),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = clock.at + make_interval(secs => input.lease_seconds),
-        last_heartbeat_at = clock.at,
+    SET lease_expires_at = input.lease_until,
+        last_heartbeat_at = input.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    CROSS JOIN clock
     JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
@@ -506,7 +504,7 @@ beat AS (
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
       AND jq.status = 'LEASED'
-      AND jq.lease_expires_at > clock.at
+      AND jq.lease_expires_at > input.at
     RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
               ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
@@ -676,34 +674,31 @@ LIMIT @max_tenants;
 -- (@organization_id), routed to its shard on Citus; the caller holds the
 -- recovery lock (TransactionTryRecoveryLock).
 -- name: JobRecoverExpiredLeasesTenant :many
-WITH clock AS (
-    SELECT now() AS now, clock_timestamp() AS at
-),
-expired AS (
-    SELECT organization_id, id
+WITH expired AS (
+    SELECT job_queue.organization_id, job_queue.id, now() AS now,
+           now() + make_interval(secs => least(sqlc.arg(backoff_max_seconds)::float8,
+               sqlc.arg(backoff_base_seconds)::float8 * power(2, least(greatest(job_queue.attempt, 1) - 1, 40)))) AS retry_at
     FROM job_queue
     WHERE job_queue.status = 'LEASED'
       AND job_queue.organization_id = @organization_id
       AND job_queue.lease_expires_at < clock_timestamp()
-    ORDER BY lease_expires_at
+    ORDER BY job_queue.lease_expires_at
     LIMIT @max_jobs
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF job_queue SKIP LOCKED
 ),
 recovered AS (
     UPDATE job_queue jq
     SET status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
-        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
-                           ELSE clock.now + make_interval(secs => least(sqlc.arg(backoff_max_seconds)::float8,
-                                    sqlc.arg(backoff_base_seconds)::float8 * power(2, least(greatest(jq.attempt, 1) - 1, 40)))) END,
-        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN clock.now END,
+        next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at ELSE expired.retry_at END,
+        finished_at = CASE WHEN jq.attempt >= jq.max_attempts THEN expired.now END,
         worker_id = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = 'job.lease_expired',
         last_error_message = 'The lease expired before the worker finished.'
-    FROM expired, clock
-    WHERE jq.organization_id = expired.organization_id
+    FROM expired
+    WHERE jq.organization_id = @organization_id
       AND jq.id = expired.id
     RETURNING jq.*
 ),

@@ -146,7 +146,7 @@ FROM inserted CROSS JOIN source;
 -- name: JobReplayListForSource :many
 SELECT sqlc.embed(jr), replay.status AS replay_status, replay.run_number AS replay_run_number
 FROM job_replays jr
-JOIN job_queue replay ON replay.organization_id = jr.organization_id AND replay.id = jr.replay_job_id
+JOIN job_queue replay ON replay.organization_id = @organization_id AND replay.id = jr.replay_job_id
 WHERE jr.organization_id = @organization_id
   AND jr.source_job_id = @source_job_id
   AND (sqlc.narg(after_replay_job_id)::uuid IS NULL

@@ -231,6 +231,12 @@ func (e *env) holdRow(table, where string, args ...any) (release func()) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if table != "job_definitions" {
+		// Name the rows' tenant, as Citus needs for a row lock.
+		tenant := testdb.Scalar[uuid.UUID](e.t, e.admin, "SELECT DISTINCT organization_id FROM "+table+" WHERE "+where, args...)
+		args = append(args, tenant)
+		where = fmt.Sprintf("organization_id = $%d AND (%s)", len(args), where)
+	}
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE "+where+" FOR UPDATE", args...); err != nil {
 		_ = tx.Rollback(ctx)
 		e.t.Fatalf("hold %s: %v", table, err)

@@ -71,7 +71,8 @@ func probeUnlocked(t testing.TB, e *env, id uuid.UUID, during string) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE NOWAIT`, id)
+	tenant := testdb.Scalar[uuid.UUID](t, e.admin, `SELECT organization_id FROM job_queue WHERE id = $1`, id)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM job_queue WHERE organization_id = $1 AND id = $2 FOR UPDATE NOWAIT`, tenant, id)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		t.Fatalf("%s: job %s of another scope is locked by the caller's transaction", during, id)

@@ -174,7 +174,7 @@ func checkNoAttemptFinishedTwice(t testing.TB, q testdb.Querier) {
 		"jobs left LEASED": `SELECT count(*) FROM job_queue WHERE status = 'LEASED'`,
 		"SUCCEEDED jobs without exactly one SUCCEEDED event at their attempt": `SELECT count(*) FROM job_queue q
 			WHERE q.status = 'SUCCEEDED' AND (SELECT count(*) FROM job_events e
-			    WHERE e.job_id = q.id AND e.event_type = 'SUCCEEDED' AND e.run_number = q.run_number AND e.attempt = q.attempt) <> 1`,
+			    WHERE e.organization_id = q.organization_id AND e.job_id = q.id AND e.event_type = 'SUCCEEDED' AND e.run_number = q.run_number AND e.attempt = q.attempt) <> 1`,
 	} {
 		if n := testdb.Scalar[int64](t, q, sql); n != 0 {
 			t.Errorf("%d %s", n, what)

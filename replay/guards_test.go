@@ -149,7 +149,7 @@ func TestLockWaitCancelIsTheServersAnswer(t *testing.T) {
 	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 
 	holder, _ := beginTx(t, ctx, pool)
-	testdb.Exec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, sourceID)
+	testdb.LockJob(t, holder, sourceID, "UPDATE")
 	for _, owned := range []bool{true, false} {
 		callCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)

@@ -59,7 +59,10 @@ func rowLockHolders(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) []uint32 {
 			done <- err
 			return
 		}
-		_, err = tx.Exec(ctx, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, id)
+		var tenant uuid.UUID
+		if err = tx.QueryRow(ctx, `SELECT organization_id FROM job_queue WHERE id = $1`, id).Scan(&tenant); err == nil {
+			_, err = tx.Exec(ctx, `SELECT 1 FROM job_queue WHERE organization_id = $1 AND id = $2 FOR UPDATE`, tenant, id)
+		}
 		_ = tx.Rollback(context.Background())
 		done <- err
 	}()

@@ -189,7 +189,7 @@ func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
 
 	// Another transaction holds the source.
 	holder, _ := beginTx(t, ctx, pool)
-	testdb.Exec(t, holder, `SELECT 1 FROM job_queue WHERE id = $1 FOR UPDATE`, sourceID)
+	testdb.LockJob(t, holder, sourceID, "UPDATE")
 
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -49,6 +49,13 @@ func rowLockedIn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, probe, m
 		t.Fatalf("begin lock probe: %v", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if Citus() {
+		// Citus serializes row locks on a reference table through a lock of
+		// the coordinator's, which a NOWAIT row lock waits for: bound it.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '500ms'"); err != nil {
+			t.Fatalf("lock probe: %v", err)
+		}
+	}
 	_, err = tx.Exec(ctx, probe, args...)
 	var pgErr *pgconn.PgError
 	switch {
@@ -131,4 +138,13 @@ func InTx(t testing.TB, ctx context.Context, q interface {
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	fn(tx)
+}
+
+// LockJob locks job id's row FOR mode ("UPDATE", "NO KEY UPDATE", ...) in
+// q's transaction, waiting as long as it must. It names the job's tenant
+// (read first), as Citus needs for a row lock.
+func LockJob(t testing.TB, q Querier, id uuid.UUID, mode string) {
+	t.Helper()
+	tenant := Scalar[uuid.UUID](t, q, `SELECT organization_id FROM job_queue WHERE id = $1`, id)
+	Exec(t, q, `SELECT 1 FROM job_queue WHERE organization_id = $1 AND id = $2 FOR `+mode, tenant, id)
 }

@@ -137,9 +137,6 @@ lineage AS (
     SELECT source.organization_id, source.id, source.run_number, :seed::text, inserted.id, :seed::text
     FROM inserted CROSS JOIN source
     RETURNING replay_job_id
-),
-notified AS (
-    SELECT pg_notify('runledger_job_due', job_type) FROM inserted WHERE false::bool
 )
 SELECT inserted.id,
        inserted.status,
@@ -147,8 +144,7 @@ SELECT inserted.id,
        source.id AS source_job_id,
        source.run_number AS source_run_number,
        (SELECT count(*) FROM event) AS event_count,
-       (SELECT count(*) FROM lineage) AS lineage_count,
-       (SELECT count(*) FROM notified) AS notified_count
+       (SELECT count(*) FROM lineage) AS lineage_count
 FROM inserted CROSS JOIN source;
 -- TransactionCommit
 COMMIT;

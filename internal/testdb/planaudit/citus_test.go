@@ -1,0 +1,149 @@
+package planaudit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runledger-go/runledger/internal/testdb"
+)
+
+// On Citus a statement that names its tenant must run on the one shard
+// holding the tenant: its distributed plan has a single task. These are
+// the statements that do not, and why.
+var (
+	// acrossTenants read (or, for the purge, delete) every tenant's rows,
+	// without a row lock: Citus fans them out to every shard.
+	acrossTenants = map[string]string{
+		"JobGetTenant":                    "an unscoped worker call finds its job's tenant",
+		"JobGetTenants":                   "an unscoped batch finds its jobs' tenants",
+		"JobListTenantsWithDueJobs":       "the claim's first step on Citus",
+		"JobListTenantsWithExpiredLeases": "lease recovery's first step on Citus",
+		"JobListPageAll":                  "operator listing across scopes",
+		"JobListByTypeAndStatus":          "operator listing across scopes",
+		"JobEventListRecentByType":        "operator listing across scopes",
+		"JobResourceClaimDeleteReleased":  "recovery's purge of released resource claims",
+	}
+	// singleServer statements lock rows of every tenant in one statement,
+	// which Citus refuses; on Citus the library runs their tenant-by-tenant
+	// forms instead (JobClaimTenant, JobRecoverExpiredLeasesTenant).
+	singleServer = map[string]string{
+		"JobClaim":                "JobListTenantsWithDueJobs, then JobClaimTenant",
+		"JobRecoverExpiredLeases": "JobListTenantsWithExpiredLeases, then JobRecoverExpiredLeasesTenant",
+	}
+)
+
+// TestCitusRouting (the Citus lane, make test-citus) explains every
+// statement sqlc generated, as the library sends it, with realistic values
+// on a distributed database, and fails unless each statement that names a
+// tenant runs as one task on one shard (every "Task Count" of its
+// distributed plan, subplans included, is 1); a statement touching only
+// the reference table or no table at all is routed trivially. It logs the
+// cross-tenant statements with their fan-out, and checks that the
+// single-server statements are refused, as the library assumes when it
+// does not send them there.
+func TestCitusRouting(t *testing.T) {
+	if !testdb.Citus() {
+		t.Skip("the Citus lane's audit: make test-citus (RUNLEDGER_TEST_CITUS=1)")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	queries, err := Load("../../../db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testdb.New(t)
+	values := seedAuditData(t, ctx, pool)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	shards := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'job_queue'::regclass`)
+
+	var fanOut []string
+	routed := 0
+	for _, q := range queries {
+		if q.IsUtility() {
+			continue
+		}
+		raw, err := explainJSON(ctx, conn.Conn(), q, "force_custom_plan", values)
+		if why, ok := singleServer[q.Name]; ok {
+			if err == nil {
+				t.Errorf("%s: Citus planned it; the library sends %s there instead", q.Name, why)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", q.Name, err)
+			continue
+		}
+		counts, err := taskCounts(raw)
+		if err != nil {
+			t.Errorf("%s: %v", q.Name, err)
+			continue
+		}
+		if why, ok := acrossTenants[q.Name]; ok {
+			fanOut = append(fanOut, fmt.Sprintf("%-34s tasks %v  (%s)", q.Name, counts, why))
+			continue
+		}
+		for _, n := range counts {
+			if n != 1 {
+				t.Errorf("%s: a distributed plan of %d tasks, want every statement that names a tenant on one shard: %v", q.Name, n, counts)
+				break
+			}
+		}
+		if len(counts) > 0 {
+			routed++
+		}
+	}
+	sort.Strings(fanOut)
+	t.Logf("%d statements routed to one shard; across tenants (%d shards of job_queue):\n%s", routed, shards, strings.Join(fanOut, "\n"))
+	for name := range acrossTenants {
+		if _, ok := Get(queries, name); !ok {
+			t.Errorf("acrossTenants names %s, which is not a generated statement", name)
+		}
+	}
+}
+
+// taskCounts returns every "Task Count" of a Citus EXPLAIN (FORMAT JSON),
+// the plan's job and its subplans', in document order; none for a plan
+// Citus did not distribute (no distributed table in the statement).
+func taskCounts(raw []byte) ([]int, error) {
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("decode plan: %w", err)
+	}
+	var out []int
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				if k == "Task Count" {
+					if n, ok := v[k].(float64); ok {
+						out = append(out, int(n))
+					}
+					continue
+				}
+				walk(v[k])
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	return out, nil
+}
