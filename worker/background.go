@@ -165,9 +165,10 @@ func (r *run) listen(ctx context.Context) {
 func (r *run) recoverLeases(ctx context.Context) {
 	for {
 		for {
-			// A recovery bounded by the lease: one that waits longer on a
+			// A recovery bounded by the lease (at least 5 s, so that a
+			// short lease does not starve it): one that waits longer on a
 			// server that stopped answering is given up and tried again.
-			callCtx, cancel := context.WithTimeout(ctx, r.cfg.Lease)
+			callCtx, cancel := context.WithTimeout(ctx, max(r.cfg.Lease, 5*time.Second))
 			rec, err := jobs.RecoverExpiredLeases(callCtx, r.pool, maxClaim)
 			cancel()
 			if err != nil {
