@@ -94,6 +94,12 @@ bench: ## Go benchmarks, runledger bench against pgbench, then replay beside Riv
 	$(GO) run ./cmd/runledger bench --compare-pgbench
 	cd $(RIVER_BENCH) && $(GO) run .
 
+WORKER_BENCH_FLAGS ?=
+
+.PHONY: bench-worker
+bench-worker: ## The worker runtime beside River's workers in one run (throughput, pickup latency, +1 ms per round trip, heartbeats, memory)
+	cd $(RIVER_BENCH) && $(GO) run . -workers $(WORKER_BENCH_FLAGS)
+
 .PHONY: demo
 demo: ## Run the demo on a throwaway local PostgreSQL
 	$(GO) run ./cmd/runledger demo
