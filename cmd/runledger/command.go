@@ -36,6 +36,7 @@ var commands = []*command{
 	failCmd,
 	replayCmd,
 	replayBulkCmd,
+	requeueCmd,
 	jobsShowCmd,
 	demoCmd,
 	benchCmd,

@@ -46,6 +46,7 @@ var cliTests = []struct {
 	{"ReplayBulkStdin", testReplayBulkStdin},
 	{"ReplayBulkInterrupt", testReplayBulkInterrupt},
 	{"ReplayBulkHelp", testReplayBulkHelp},
+	{"Requeue", testRequeue},
 	{"ExitCodes", testExitCodes},
 	{"InputLimitsExit2", testInputLimits},
 	{"HumanOutput", testHumanOutput},
