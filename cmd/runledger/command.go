@@ -37,6 +37,7 @@ var commands = []*command{
 	replayCmd,
 	replayBulkCmd,
 	requeueCmd,
+	requeueBulkCmd,
 	jobsShowCmd,
 	demoCmd,
 	benchCmd,

@@ -47,6 +47,7 @@ var cliTests = []struct {
 	{"ReplayBulkInterrupt", testReplayBulkInterrupt},
 	{"ReplayBulkHelp", testReplayBulkHelp},
 	{"Requeue", testRequeue},
+	{"RequeueBulk", testRequeueBulk},
 	{"ExitCodes", testExitCodes},
 	{"InputLimitsExit2", testInputLimits},
 	{"HumanOutput", testHumanOutput},
