@@ -238,21 +238,11 @@ WITH requeue AS (
     ORDER BY e.id
     LIMIT 1
 )
-SELECT job_queue.status,
-       job_queue.run_number,
-       job_queue.lease_expires_at,
+SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        EXISTS (SELECT 1 FROM workflow_steps ws
                WHERE ws.organization_id = $1 AND ws.job_id = job_queue.id) AS workflow_managed,
        (job_queue.status = 'CANCELED' AND job_queue.lease_expires_at IS NOT NULL
         AND job_queue.lease_expires_at > clock_timestamp())::bool AS lease_live,
-       (to_jsonb(job_queue) || jsonb_build_object(
-           'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job,
        requeue.reason AS requeued_reason,
        requeue.ended_as AS requeued_from
 FROM job_queue
@@ -268,12 +258,9 @@ type JobGetForRequeueClassificationParams struct {
 }
 
 type JobGetForRequeueClassificationRow struct {
-	Status          JobStatus
-	RunNumber       int32
-	LeaseExpiresAt  *time.Time
+	JobQueue        JobQueue
 	WorkflowManaged bool
 	LeaseLive       bool
-	Job             json.RawMessage
 	RequeuedReason  *string
 	RequeuedFrom    *string
 }
@@ -281,8 +268,7 @@ type JobGetForRequeueClassificationRow struct {
 // JobGetForRequeueClassification reads the job in the caller's tenant
 // without a lock, after JobRequeue found nothing to requeue, to tell its
 // outcome: the job's status, run and lease expiry, whether a workflow step
-// owns it, whether it is a CANCELED job whose lease is still live, the
-// job as one jsonb value (UTC timestamps, RFC 3339), and the requeue of
+// owns it, whether it is a CANCELED job whose lease is still live, and the requeue of
 // run @expected_run_number if one was made: the reason its REQUEUED event
 // records and the status that run ended in (its DEAD_LETTERED or CANCELED
 // event; NULL when it has none). No row when there is no such job in the
@@ -291,12 +277,38 @@ func (q *Queries) JobGetForRequeueClassification(ctx context.Context, db DBTX, a
 	row := db.QueryRow(ctx, jobGetForRequeueClassification, arg.OrganizationID, arg.ID, arg.ExpectedRunNumber)
 	var i JobGetForRequeueClassificationRow
 	err := row.Scan(
-		&i.Status,
-		&i.RunNumber,
-		&i.LeaseExpiresAt,
+		&i.JobQueue.ID,
+		&i.JobQueue.JobType,
+		&i.JobQueue.OrganizationID,
+		&i.JobQueue.Payload,
+		&i.JobQueue.Status,
+		&i.JobQueue.Priority,
+		&i.JobQueue.RunNumber,
+		&i.JobQueue.Attempt,
+		&i.JobQueue.MaxAttempts,
+		&i.JobQueue.TimeoutSeconds,
+		&i.JobQueue.NextRunAt,
+		&i.JobQueue.LeaseExpiresAt,
+		&i.JobQueue.LastHeartbeatAt,
+		&i.JobQueue.WorkerID,
+		&i.JobQueue.StartedAt,
+		&i.JobQueue.FinishedAt,
+		&i.JobQueue.Stage,
+		&i.JobQueue.ProgressDone,
+		&i.JobQueue.ProgressTotal,
+		&i.JobQueue.ProgressPct,
+		&i.JobQueue.Checkpoint,
+		&i.JobQueue.IdempotencyKey,
+		&i.JobQueue.StatusReason,
+		&i.JobQueue.LastErrorCode,
+		&i.JobQueue.LastErrorMessage,
+		&i.JobQueue.CreatedAt,
+		&i.JobQueue.UpdatedAt,
+		&i.JobQueue.EnqueueRequest,
+		&i.JobQueue.Output,
+		&i.JobQueue.ExecutionResourceKey,
 		&i.WorkflowManaged,
 		&i.LeaseLive,
-		&i.Job,
 		&i.RequeuedReason,
 		&i.RequeuedFrom,
 	)
@@ -392,15 +404,10 @@ WITH clock AS (
     SELECT now() AS now
 ),
 target AS (
-    SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt,
-           (to_jsonb(jq) || jsonb_build_object(
-               'next_run_at', (to_jsonb(jq.next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'lease_expires_at', (to_jsonb(jq.lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'last_heartbeat_at', (to_jsonb(jq.last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'started_at', (to_jsonb(jq.started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'finished_at', (to_jsonb(jq.finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'created_at', (to_jsonb(jq.created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'updated_at', (to_jsonb(jq.updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS before
+    SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.status, jq.stage, jq.progress_done,
+           jq.progress_total, jq.progress_pct, jq.checkpoint, jq.output, jq.lease_expires_at, jq.last_heartbeat_at,
+           jq.worker_id, jq.started_at, jq.finished_at, jq.next_run_at, jq.status_reason, jq.last_error_code,
+           jq.last_error_message, jq.updated_at
     FROM job_queue jq
     WHERE jq.organization_id = $1
       AND jq.id = $2
@@ -447,11 +454,26 @@ event AS (
     FROM target
     RETURNING id
 )
-SELECT target.before,
-       (to_jsonb(requeued) || jsonb_build_object(
-           'next_run_at', (to_jsonb(requeued.next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'created_at', (to_jsonb(requeued.created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(requeued.updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS after,
+SELECT requeued.id, requeued.job_type, requeued.organization_id, requeued.payload, requeued.status, requeued.priority, requeued.run_number, requeued.attempt, requeued.max_attempts, requeued.timeout_seconds, requeued.next_run_at, requeued.lease_expires_at, requeued.last_heartbeat_at, requeued.worker_id, requeued.started_at, requeued.finished_at, requeued.stage, requeued.progress_done, requeued.progress_total, requeued.progress_pct, requeued.checkpoint, requeued.idempotency_key, requeued.status_reason, requeued.last_error_code, requeued.last_error_message, requeued.created_at, requeued.updated_at, requeued.enqueue_request, requeued.output, requeued.execution_resource_key,
+       target.status AS before_status,
+       target.stage AS before_stage,
+       target.run_number AS before_run_number,
+       target.attempt AS before_attempt,
+       target.progress_done AS before_progress_done,
+       target.progress_total AS before_progress_total,
+       target.progress_pct AS before_progress_pct,
+       target.checkpoint AS before_checkpoint,
+       target.output AS before_output,
+       target.lease_expires_at AS before_lease_expires_at,
+       target.last_heartbeat_at AS before_last_heartbeat_at,
+       target.worker_id AS before_worker_id,
+       target.started_at AS before_started_at,
+       target.finished_at AS before_finished_at,
+       target.next_run_at AS before_next_run_at,
+       target.status_reason AS before_status_reason,
+       target.last_error_code AS before_last_error_code,
+       target.last_error_message AS before_last_error_message,
+       target.updated_at AS before_updated_at,
        (SELECT id FROM event)::bigint AS event_id,
        (SELECT count(*) FROM event) AS event_count
 FROM requeued CROSS JOIN target
@@ -468,10 +490,57 @@ type JobRequeueParams struct {
 }
 
 type JobRequeueRow struct {
-	Before     json.RawMessage
-	After      json.RawMessage
-	EventID    int64
-	EventCount int64
+	ID                     uuid.UUID
+	JobType                string
+	OrganizationID         uuid.UUID
+	Payload                json.RawMessage
+	Status                 JobStatus
+	Priority               int32
+	RunNumber              int32
+	Attempt                int32
+	MaxAttempts            int32
+	TimeoutSeconds         int32
+	NextRunAt              time.Time
+	LeaseExpiresAt         *time.Time
+	LastHeartbeatAt        *time.Time
+	WorkerID               *string
+	StartedAt              *time.Time
+	FinishedAt             *time.Time
+	Stage                  string
+	ProgressDone           *int64
+	ProgressTotal          *int64
+	ProgressPct            *float64
+	Checkpoint             json.RawMessage
+	IdempotencyKey         *string
+	StatusReason           *string
+	LastErrorCode          *string
+	LastErrorMessage       *string
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
+	EnqueueRequest         json.RawMessage
+	Output                 json.RawMessage
+	ExecutionResourceKey   *string
+	BeforeStatus           JobStatus
+	BeforeStage            string
+	BeforeRunNumber        int32
+	BeforeAttempt          int32
+	BeforeProgressDone     *int64
+	BeforeProgressTotal    *int64
+	BeforeProgressPct      *float64
+	BeforeCheckpoint       json.RawMessage
+	BeforeOutput           json.RawMessage
+	BeforeLeaseExpiresAt   *time.Time
+	BeforeLastHeartbeatAt  *time.Time
+	BeforeWorkerID         *string
+	BeforeStartedAt        *time.Time
+	BeforeFinishedAt       *time.Time
+	BeforeNextRunAt        time.Time
+	BeforeStatusReason     *string
+	BeforeLastErrorCode    *string
+	BeforeLastErrorMessage *string
+	BeforeUpdatedAt        time.Time
+	EventID                int64
+	EventCount             int64
 }
 
 // Compare-and-requeue: a DEAD_LETTERED or CANCELED job goes back to
@@ -496,8 +565,8 @@ type JobRequeueRow struct {
 // state policy and the requeue kind. No row, nothing locked and nothing
 // written when the job is not requeueable as observed (a row that matched
 // the snapshot but changed while this waited for its lock stays locked).
-// before and after are the row before and after, as jsonb with UTC
-// timestamps (RFC 3339).
+// The row returned is the job after the requeue, then (before_*) the
+// columns the requeue changed as they were before it.
 func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams) (JobRequeueRow, error) {
 	row := db.QueryRow(ctx, jobRequeue,
 		arg.OrganizationID,
@@ -510,8 +579,55 @@ func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams)
 	)
 	var i JobRequeueRow
 	err := row.Scan(
-		&i.Before,
-		&i.After,
+		&i.ID,
+		&i.JobType,
+		&i.OrganizationID,
+		&i.Payload,
+		&i.Status,
+		&i.Priority,
+		&i.RunNumber,
+		&i.Attempt,
+		&i.MaxAttempts,
+		&i.TimeoutSeconds,
+		&i.NextRunAt,
+		&i.LeaseExpiresAt,
+		&i.LastHeartbeatAt,
+		&i.WorkerID,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.Stage,
+		&i.ProgressDone,
+		&i.ProgressTotal,
+		&i.ProgressPct,
+		&i.Checkpoint,
+		&i.IdempotencyKey,
+		&i.StatusReason,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.EnqueueRequest,
+		&i.Output,
+		&i.ExecutionResourceKey,
+		&i.BeforeStatus,
+		&i.BeforeStage,
+		&i.BeforeRunNumber,
+		&i.BeforeAttempt,
+		&i.BeforeProgressDone,
+		&i.BeforeProgressTotal,
+		&i.BeforeProgressPct,
+		&i.BeforeCheckpoint,
+		&i.BeforeOutput,
+		&i.BeforeLeaseExpiresAt,
+		&i.BeforeLastHeartbeatAt,
+		&i.BeforeWorkerID,
+		&i.BeforeStartedAt,
+		&i.BeforeFinishedAt,
+		&i.BeforeNextRunAt,
+		&i.BeforeStatusReason,
+		&i.BeforeLastErrorCode,
+		&i.BeforeLastErrorMessage,
+		&i.BeforeUpdatedAt,
 		&i.EventID,
 		&i.EventCount,
 	)

@@ -21,22 +21,17 @@
 -- state policy and the requeue kind. No row, nothing locked and nothing
 -- written when the job is not requeueable as observed (a row that matched
 -- the snapshot but changed while this waited for its lock stays locked).
--- before and after are the row before and after, as jsonb with UTC
--- timestamps (RFC 3339).
+-- The row returned is the job after the requeue, then (before_*) the
+-- columns the requeue changed as they were before it.
 -- name: JobRequeue :one
 WITH clock AS (
     SELECT now() AS now
 ),
 target AS (
-    SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt,
-           (to_jsonb(jq) || jsonb_build_object(
-               'next_run_at', (to_jsonb(jq.next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'lease_expires_at', (to_jsonb(jq.lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'last_heartbeat_at', (to_jsonb(jq.last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'started_at', (to_jsonb(jq.started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'finished_at', (to_jsonb(jq.finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'created_at', (to_jsonb(jq.created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-               'updated_at', (to_jsonb(jq.updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS before
+    SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.status, jq.stage, jq.progress_done,
+           jq.progress_total, jq.progress_pct, jq.checkpoint, jq.output, jq.lease_expires_at, jq.last_heartbeat_at,
+           jq.worker_id, jq.started_at, jq.finished_at, jq.next_run_at, jq.status_reason, jq.last_error_code,
+           jq.last_error_message, jq.updated_at
     FROM job_queue jq
     WHERE jq.organization_id = @organization_id
       AND jq.id = @id
@@ -83,11 +78,26 @@ event AS (
     FROM target
     RETURNING id
 )
-SELECT target.before,
-       (to_jsonb(requeued) || jsonb_build_object(
-           'next_run_at', (to_jsonb(requeued.next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'created_at', (to_jsonb(requeued.created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(requeued.updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS after,
+SELECT requeued.*,
+       target.status AS before_status,
+       target.stage AS before_stage,
+       target.run_number AS before_run_number,
+       target.attempt AS before_attempt,
+       target.progress_done AS before_progress_done,
+       target.progress_total AS before_progress_total,
+       target.progress_pct AS before_progress_pct,
+       target.checkpoint AS before_checkpoint,
+       target.output AS before_output,
+       target.lease_expires_at AS before_lease_expires_at,
+       target.last_heartbeat_at AS before_last_heartbeat_at,
+       target.worker_id AS before_worker_id,
+       target.started_at AS before_started_at,
+       target.finished_at AS before_finished_at,
+       target.next_run_at AS before_next_run_at,
+       target.status_reason AS before_status_reason,
+       target.last_error_code AS before_last_error_code,
+       target.last_error_message AS before_last_error_message,
+       target.updated_at AS before_updated_at,
        (SELECT id FROM event)::bigint AS event_id,
        (SELECT count(*) FROM event) AS event_count
 FROM requeued CROSS JOIN target;
@@ -95,8 +105,7 @@ FROM requeued CROSS JOIN target;
 -- JobGetForRequeueClassification reads the job in the caller's tenant
 -- without a lock, after JobRequeue found nothing to requeue, to tell its
 -- outcome: the job's status, run and lease expiry, whether a workflow step
--- owns it, whether it is a CANCELED job whose lease is still live, the
--- job as one jsonb value (UTC timestamps, RFC 3339), and the requeue of
+-- owns it, whether it is a CANCELED job whose lease is still live, and the requeue of
 -- run @expected_run_number if one was made: the reason its REQUEUED event
 -- records and the status that run ended in (its DEAD_LETTERED or CANCELED
 -- event; NULL when it has none). No row when there is no such job in the
@@ -120,21 +129,11 @@ WITH requeue AS (
     ORDER BY e.id
     LIMIT 1
 )
-SELECT job_queue.status,
-       job_queue.run_number,
-       job_queue.lease_expires_at,
+SELECT sqlc.embed(job_queue),
        EXISTS (SELECT 1 FROM workflow_steps ws
                WHERE ws.organization_id = @organization_id AND ws.job_id = job_queue.id) AS workflow_managed,
        (job_queue.status = 'CANCELED' AND job_queue.lease_expires_at IS NOT NULL
         AND job_queue.lease_expires_at > clock_timestamp())::bool AS lease_live,
-       (to_jsonb(job_queue) || jsonb_build_object(
-           'next_run_at', (to_jsonb(next_run_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'lease_expires_at', (to_jsonb(lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'last_heartbeat_at', (to_jsonb(last_heartbeat_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'started_at', (to_jsonb(started_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'finished_at', (to_jsonb(finished_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'created_at', (to_jsonb(created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z',
-           'updated_at', (to_jsonb(updated_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'))::jsonb AS job,
        requeue.reason AS requeued_reason,
        requeue.ended_as AS requeued_from
 FROM job_queue

@@ -193,19 +193,19 @@ func decide(req Request, a *attempt) (out Outcome, retry bool, err error) {
 		return NotFound{}, false, nil
 	}
 	c := a.classify.Val
-	job, err := rows.JobJSON(c.Job)
+	job, err := rows.Job(c.JobQueue)
 	if err != nil {
 		return nil, false, err
 	}
-	if string(c.Status) == string(req.ExpectedStatus) && c.RunNumber == req.ExpectedRunNumber {
+	if string(job.Status) == string(req.ExpectedStatus) && job.RunNumber == req.ExpectedRunNumber {
 		switch {
 		case c.WorkflowManaged:
 			return nil, false, errs.WorkflowManaged.Newf("job %s is owned by a workflow step: workflow managed job requeue is not supported", req.JobID)
 		case c.LeaseLive:
-			if c.LeaseExpiresAt == nil {
+			if job.LeaseExpiresAt == nil {
 				return nil, false, errs.Invariant("canceled job with a live lease has no lease expiry")
 			}
-			return NotQuiesced{Actual: job, RetryAfter: c.LeaseExpiresAt.UTC()}, false, nil
+			return NotQuiesced{Actual: job, RetryAfter: *job.LeaseExpiresAt}, false, nil
 		}
 		return nil, true, nil
 	}
@@ -219,18 +219,38 @@ func decide(req Request, a *attempt) (out Outcome, retry bool, err error) {
 	return ExpectationMismatch{Actual: job}, false, nil
 }
 
-// requeued checks the locking update's row of an attempt that requeued.
+// requeued checks the locking update's row of an attempt that requeued
+// and builds the job before and after it.
 func requeued(req Request, row db.JobRequeueRow) (Outcome, error) {
-	before, err := rows.JobJSON(row.Before)
+	after, err := rows.Job(db.JobQueue{
+		ID: row.ID, JobType: row.JobType, OrganizationID: row.OrganizationID, Payload: row.Payload, Status: row.Status,
+		Priority: row.Priority, RunNumber: row.RunNumber, Attempt: row.Attempt, MaxAttempts: row.MaxAttempts,
+		TimeoutSeconds: row.TimeoutSeconds, NextRunAt: row.NextRunAt, LeaseExpiresAt: row.LeaseExpiresAt,
+		LastHeartbeatAt: row.LastHeartbeatAt, WorkerID: row.WorkerID, StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
+		Stage: row.Stage, ProgressDone: row.ProgressDone, ProgressTotal: row.ProgressTotal, ProgressPct: row.ProgressPct,
+		Checkpoint: row.Checkpoint, IdempotencyKey: row.IdempotencyKey, StatusReason: row.StatusReason,
+		LastErrorCode: row.LastErrorCode, LastErrorMessage: row.LastErrorMessage, CreatedAt: row.CreatedAt,
+		UpdatedAt: row.UpdatedAt, EnqueueRequest: row.EnqueueRequest, Output: row.Output, ExecutionResourceKey: row.ExecutionResourceKey,
+	})
 	if err != nil {
 		return nil, err
 	}
-	after, err := rows.JobJSON(row.After)
+	before, err := rows.Job(db.JobQueue{
+		ID: row.ID, JobType: row.JobType, OrganizationID: row.OrganizationID, Payload: row.Payload, Status: row.BeforeStatus,
+		Priority: row.Priority, RunNumber: row.BeforeRunNumber, Attempt: row.BeforeAttempt, MaxAttempts: row.MaxAttempts,
+		TimeoutSeconds: row.TimeoutSeconds, NextRunAt: row.BeforeNextRunAt, LeaseExpiresAt: row.BeforeLeaseExpiresAt,
+		LastHeartbeatAt: row.BeforeLastHeartbeatAt, WorkerID: row.BeforeWorkerID, StartedAt: row.BeforeStartedAt,
+		FinishedAt: row.BeforeFinishedAt, Stage: row.BeforeStage, ProgressDone: row.BeforeProgressDone,
+		ProgressTotal: row.BeforeProgressTotal, ProgressPct: row.BeforeProgressPct, Checkpoint: row.BeforeCheckpoint,
+		IdempotencyKey: row.IdempotencyKey, StatusReason: row.BeforeStatusReason, LastErrorCode: row.BeforeLastErrorCode,
+		LastErrorMessage: row.BeforeLastErrorMessage, CreatedAt: row.CreatedAt, UpdatedAt: row.BeforeUpdatedAt,
+		Output: row.BeforeOutput, ExecutionResourceKey: row.ExecutionResourceKey,
+	})
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case before.ID != req.JobID || after.ID != req.JobID:
+	case after.ID != req.JobID:
 		return nil, errs.Invariant("requeue returned another job than requested")
 	case string(before.Status) != string(req.ExpectedStatus) || before.RunNumber != req.ExpectedRunNumber:
 		return nil, errs.Invariantf("requeue locked a job %s at run %d, want %s at run %d", before.Status, before.RunNumber, req.ExpectedStatus, req.ExpectedRunNumber)
