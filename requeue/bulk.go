@@ -325,11 +325,11 @@ func (r BulkRequest) Validate() error {
 //
 // It validates the request before taking a connection. Each chunk is one
 // READ COMMITTED transaction of its own on one pooled connection, sent in
-// one round trip (two for a filter, whose first selects the page): the
+// two round trips (three for a filter, whose first selects the page): the
 // locking update of every job requeueable as observed, in id order (FOR
-// NO KEY UPDATE), with their REQUEUED events; the classification read of
-// the chunk, without a lock; the workers' wake-up; COMMIT (not in a dry
-// run). No lock is held from one chunk to the next, and memory is bounded
+// NO KEY UPDATE), with their REQUEUED events; then the classification
+// read, without a lock, of the jobs it did not requeue, the workers'
+// wake-up and COMMIT (not in a dry run). No lock is held from one chunk to the next, and memory is bounded
 // by the chunk size whatever the number of jobs. A job that the unlocked
 // read finds requeueable although the locking update passed it by (it
 // changed in between) is requeued on its own afterwards by the single

@@ -14,6 +14,7 @@ import (
 	"github.com/runledger-go/runledger/internal/bulk"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/wake"
@@ -32,12 +33,11 @@ type bulkAction struct {
 }
 
 // chunk runs one chunk's transaction on c.Session (for a filter, its page
-// is already selected in it) in one round trip: [BEGIN,] the locking
-// update of the requeueable jobs with their events, the classification
-// read of the chunk, the wake-up and COMMIT (not in a dry run, which End
-// rolls back). The classification read runs in the same transaction after
-// the update, so it sees the chunk's own requeues as requeued with this
-// reason; their results come from the update. It returns the results in
+// is already selected in it) in two round trips: [BEGIN,] the locking
+// update of the requeueable jobs with their events; then the
+// classification read of the jobs it did not requeue (none, usually), the
+// wake-up and COMMIT (not in a dry run, which End rolls back, and where
+// the second round trip is sent only for a classification). It returns the results in
 // source order and hands back the jobs to requeue on their own (the
 // locking update passed them by, yet the unlocked read after it found
 // them requeueable).
@@ -67,18 +67,42 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 			ResetProgress: b.req.StatePolicy == ResetProgress, Reason: b.req.Reason, StatePolicy: b.req.StatePolicy.String(),
 		})
 	})
-	bt.Point(fpBulkAfterRequeue, c.Failpoint())
-	classify := txn.Queue(bt, "read bulk job requeue mismatches", func(q db.DBTX) ([]db.JobGetForBulkRequeueClassificationRow, error) {
-		return queries.JobGetForBulkRequeueClassification(ctx, q, db.JobGetForBulkRequeueClassificationParams{
-			OrganizationID: org, Ids: ids, ExpectedStatuses: statuses, ExpectedRunNumbers: runs,
-		})
-	})
-	if !c.DryRun {
-		wake.Queue(ctx, bt, "")
-		bt.Commit(ctx)
-	}
 	if err := bt.Send(ctx); err != nil {
 		return none, err
+	}
+	failpoint.Inject(ctx, fpBulkAfterRequeue, c.Failpoint())
+	requeuedIDs := make(map[uuid.UUID]struct{}, len(update.Val))
+	for _, row := range update.Val {
+		requeuedIDs[row.ID] = struct{}{}
+	}
+	var missIDs []uuid.UUID
+	var missStatuses []string
+	var missRuns []int32
+	for i, id := range ids {
+		if _, ok := requeuedIDs[id]; !ok {
+			missIDs, missStatuses, missRuns = append(missIDs, id), append(missStatuses, statuses[i]), append(missRuns, runs[i])
+		}
+	}
+
+	bt = s.Batch(ctx)
+	classify := &txn.Step[[]db.JobGetForBulkRequeueClassificationRow]{}
+	if len(missIDs) > 0 {
+		classify = txn.Queue(bt, "read bulk job requeue mismatches", func(q db.DBTX) ([]db.JobGetForBulkRequeueClassificationRow, error) {
+			return queries.JobGetForBulkRequeueClassification(ctx, q, db.JobGetForBulkRequeueClassificationParams{
+				OrganizationID: org, Ids: missIDs, ExpectedStatuses: missStatuses, ExpectedRunNumbers: missRuns,
+			})
+		})
+	}
+	if !c.DryRun {
+		if len(update.Val) > 0 {
+			wake.Queue(ctx, bt, "")
+		}
+		bt.Commit(ctx)
+	}
+	if len(missIDs) > 0 || !c.DryRun {
+		if err := bt.Send(ctx); err != nil {
+			return none, err
+		}
 	}
 
 	requeued := make(map[uuid.UUID]int32, len(update.Val))

@@ -21,10 +21,10 @@ const (
 	// fpAfterRequeue: the job is requeued and its event written; in Job
 	// COMMIT is next (then txn's before-commit point).
 	fpAfterRequeue = "requeue/after-requeue"
-	// fpBulkAfterRequeue: a bulk chunk's locking update has run (the
-	// requeueable jobs are locked and requeued, nothing is committed);
-	// the classification read of the others and COMMIT are next (fired
-	// with the engine's bulk.FailpointCall, labelled with the reason).
+	// fpBulkAfterRequeue: a bulk chunk's first round trip is in: the
+	// requeueable jobs are locked and requeued, nothing is committed; the
+	// classification read of the others and COMMIT are next (fired with
+	// the engine's bulk.FailpointCall, labelled with the reason).
 	fpBulkAfterRequeue = "requeue/bulk-after-requeue"
 )
 
