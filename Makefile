@@ -89,10 +89,11 @@ lint: ## go vet plus the pinned staticcheck (and go vet of the River comparison 
 	cd $(RIVER_BENCH) && $(GO) vet ./...
 
 .PHONY: bench
-bench: ## Go benchmarks, runledger bench against pgbench, then replay beside River
-	$(GO) test -run '^$$' -bench . -benchmem ./replay/
+bench: ## Go benchmarks, runledger bench against pgbench, then replay and requeue beside River
+	$(GO) test -run '^$$' -bench . -benchmem ./replay/ ./requeue/
 	$(GO) run ./cmd/runledger bench --compare-pgbench
 	cd $(RIVER_BENCH) && $(GO) run .
+	cd $(RIVER_BENCH) && $(GO) run . -requeue
 
 .PHONY: demo
 demo: ## Run the demo on a throwaway local PostgreSQL
