@@ -635,26 +635,20 @@ func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams)
 }
 
 const jobRequeueBulk = `-- name: JobRequeueBulk :many
-WITH input AS (
-    SELECT i.id, ($1::text[])[i.ord] AS expected_status,
-           ($2::int[])[i.ord] AS expected_run_number
-    FROM unnest($3::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-clock AS (
+WITH clock AS (
     SELECT now() AS now
 ),
 target AS MATERIALIZED (
     SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt
     FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $4
-      AND jq.id = ANY($3::uuid[])
-      AND jq.run_number = input.expected_run_number
-      AND jq.status::text = input.expected_status
+    WHERE jq.organization_id = $1
+      AND jq.id = ANY($2::uuid[])
+      AND jq.run_number = ($3::int[])[array_position($2::uuid[], jq.id)]
+      AND jq.status::text = ($4::text[])[array_position($2::uuid[], jq.id)]
       AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
       AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())
       AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
-                      WHERE ws.organization_id = $4 AND ws.job_id = jq.id)
+                      WHERE ws.organization_id = $1 AND ws.job_id = jq.id)
       AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
@@ -679,7 +673,7 @@ requeued AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM target, clock
-    WHERE job_queue.organization_id = $4
+    WHERE job_queue.organization_id = $1
       AND job_queue.id = target.id
     RETURNING job_queue.id, job_queue.run_number, job_queue.status, job_queue.job_type
 ),
@@ -703,10 +697,10 @@ FROM requeued
 `
 
 type JobRequeueBulkParams struct {
-	ExpectedStatuses   []string
-	ExpectedRunNumbers []int32
-	Ids                []uuid.UUID
 	OrganizationID     uuid.UUID
+	Ids                []uuid.UUID
+	ExpectedRunNumbers []int32
+	ExpectedStatuses   []string
 	ResetProgress      bool
 	Reason             string
 	StatePolicy        string
@@ -728,13 +722,15 @@ type JobRequeueBulkRow struct {
 // JobRequeue does and given its REQUEUED event. It returns a row per job
 // requeued, with its new run and the number of events written, for a
 // check; the others are untouched and unlocked (JobGetForBulkRequeueClassification
-// tells them apart).
+// tells them apart). Each job's expectation is found by its place in @ids
+// (array_position), not by joining an unnest of the arrays, which Citus
+// cannot plan beside the row lock.
 func (q *Queries) JobRequeueBulk(ctx context.Context, db DBTX, arg JobRequeueBulkParams) ([]JobRequeueBulkRow, error) {
 	rows, err := db.Query(ctx, jobRequeueBulk,
-		arg.ExpectedStatuses,
-		arg.ExpectedRunNumbers,
-		arg.Ids,
 		arg.OrganizationID,
+		arg.Ids,
+		arg.ExpectedRunNumbers,
+		arg.ExpectedStatuses,
 		arg.ResetProgress,
 		arg.Reason,
 		arg.StatePolicy,

@@ -149,24 +149,20 @@ WHERE job_queue.organization_id = @organization_id
 -- JobRequeue does and given its REQUEUED event. It returns a row per job
 -- requeued, with its new run and the number of events written, for a
 -- check; the others are untouched and unlocked (JobGetForBulkRequeueClassification
--- tells them apart).
+-- tells them apart). Each job's expectation is found by its place in @ids
+-- (array_position), not by joining an unnest of the arrays, which Citus
+-- cannot plan beside the row lock.
 -- name: JobRequeueBulk :many
-WITH input AS (
-    SELECT i.id, (@expected_statuses::text[])[i.ord] AS expected_status,
-           (@expected_run_numbers::int[])[i.ord] AS expected_run_number
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-clock AS (
+WITH clock AS (
     SELECT now() AS now
 ),
 target AS MATERIALIZED (
     SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt
     FROM job_queue jq
-    JOIN input ON input.id = jq.id
     WHERE jq.organization_id = @organization_id
       AND jq.id = ANY(@ids::uuid[])
-      AND jq.run_number = input.expected_run_number
-      AND jq.status::text = input.expected_status
+      AND jq.run_number = (@expected_run_numbers::int[])[array_position(@ids::uuid[], jq.id)]
+      AND jq.status::text = (@expected_statuses::text[])[array_position(@ids::uuid[], jq.id)]
       AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
       AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())
       AND NOT EXISTS (SELECT 1 FROM workflow_steps ws

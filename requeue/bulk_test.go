@@ -110,7 +110,7 @@ func jobState(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
 	return testdb.Scalar[string](t, pool, `
 		SELECT concat_ws('|', status, run_number, attempt, stage, progress_done, progress_total, checkpoint::text, status_reason,
 		       last_error_code, finished_at IS NULL, (SELECT string_agg(concat_ws(':', run_number, attempt, payload::text), ',' ORDER BY id)
-		                                              FROM job_events e WHERE e.job_id = q.id AND e.event_type = 'REQUEUED'))
+		                                              FROM job_events e WHERE e.organization_id = q.organization_id AND e.job_id = q.id AND e.event_type = 'REQUEUED'))
 		FROM job_queue q WHERE id = $1`, id)
 }
 
