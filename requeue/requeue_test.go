@@ -412,3 +412,22 @@ func TestBadInputRefusedBeforeTheDatabase(t *testing.T) {
 		t.Fatalf("valid request on a closed pool: %v (detail %q)", err, testdb.Detail(err))
 	}
 }
+
+// On a session whose default isolation is REPEATABLE READ, Job still runs
+// READ COMMITTED and requeues; JobTx in a transaction of that session
+// refuses it, after validating the request.
+func TestOwnedRequeueOverridesTheSessionIsolation(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	url := testdb.NewURL(t)
+	setup := testdb.OpenPool(t, url, 2, nil)
+	pool := testdb.OpenPool(t, url, 1, map[string]string{"default_transaction_isolation": "repeatable read"})
+	dead := deadLettered(t, ctx, setup, runledger.Global())
+	other := deadLettered(t, ctx, setup, runledger.Global())
+	mustRequeued(t)(requeue.Job(ctx, pool, request(t, dead, "r")))
+	tx := testdb.Begin(t, ctx, pool)
+	_, err := requeue.JobTx(ctx, tx, request(t, other, ""))
+	wantCode(t, err, requeue.CodeReasonBlank)
+	_, err = requeue.JobTx(ctx, tx, request(t, other, "r"))
+	wantCode(t, err, requeue.CodeUnsupportedIsolation)
+}
