@@ -69,6 +69,21 @@ test-citus: ## Run the library suites against a throwaway Citus cluster (coordin
 	env -u RUNLEDGER_TEST_DATABASE_URL RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR="$$bindir" \
 	  $(GO) test -count=1 $(CITUS_FLAGS) $(CITUS_PACKAGES)
 
+# The figures of docs/SCALING.md: the same benchmarks (one tenant's replay,
+# claim and complete; the claim across 10, 100 and 1,000 tenants) on one
+# PostgreSQL server and then on the Citus lane's cluster, in one run.
+CITUS_BENCH      ?= BenchmarkSucceededJob$$/(inserted|existing)|BenchmarkClaimComplete|BenchmarkClaimAcrossTenants
+CITUS_BENCH_TIME ?= 2s
+
+.PHONY: bench-citus
+bench-citus: ## Benchmarks of docs/SCALING.md on one server, then on a Citus cluster
+	@set -e; bindir=$$(tools/citus); \
+	echo "== one PostgreSQL server"; \
+	env -u RUNLEDGER_TEST_DATABASE_URL -u RUNLEDGER_TEST_CITUS RUNLEDGER_PG_BINDIR="$$bindir" $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/; \
+	echo "== Citus: a coordinator and two workers"; \
+	env -u RUNLEDGER_TEST_DATABASE_URL RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR="$$bindir" \
+	  $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	@set -e; for pkg in $$($(GO) list ./...); do \
@@ -94,6 +109,12 @@ bench: ## Go benchmarks, runledger bench against pgbench, then replay and requeu
 	$(GO) run ./cmd/runledger bench --compare-pgbench
 	cd $(RIVER_BENCH) && $(GO) run .
 	cd $(RIVER_BENCH) && $(GO) run . -requeue
+
+WORKER_BENCH_FLAGS ?=
+
+.PHONY: bench-worker
+bench-worker: ## The worker runtime beside River's workers in one run (throughput, pickup latency, +1 ms per round trip, heartbeats, memory)
+	cd $(RIVER_BENCH) && $(GO) run . -workers $(WORKER_BENCH_FLAGS)
 
 .PHONY: demo
 demo: ## Run the demo on a throwaway local PostgreSQL
