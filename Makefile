@@ -55,7 +55,7 @@ test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIO
 # gives each test a distributed database cloned from the migrated template.
 # The template build refuses a schema that leaves tables local to the
 # coordinator, so the suites fail until the schema distributes (issue 18).
-CITUS_PACKAGES ?= . ./db/ ./replay/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/pgcitus/
+CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/pgcitus/
 CITUS_FLAGS    ?=
 
 .PHONY: citus-binaries
@@ -104,10 +104,11 @@ lint: ## go vet plus the pinned staticcheck (and go vet of the River comparison 
 	cd $(RIVER_BENCH) && $(GO) vet ./...
 
 .PHONY: bench
-bench: ## Go benchmarks, runledger bench against pgbench, then replay beside River
-	$(GO) test -run '^$$' -bench . -benchmem ./replay/
+bench: ## Go benchmarks, runledger bench against pgbench, then replay and requeue beside River
+	$(GO) test -run '^$$' -bench . -benchmem ./replay/ ./requeue/
 	$(GO) run ./cmd/runledger bench --compare-pgbench
 	cd $(RIVER_BENCH) && $(GO) run .
+	cd $(RIVER_BENCH) && $(GO) run . -requeue
 
 WORKER_BENCH_FLAGS ?=
 

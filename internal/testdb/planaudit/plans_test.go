@@ -405,6 +405,11 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		"terminal":             "false",
 		"nextrunat":            "now()",
 		"executionresourcekey": quote("resource-1"),
+		// Compare-and-requeue: a dead-lettered job's observed state.
+		"expectedstatus":   quote("DEAD_LETTERED"),
+		"expectedstatuses": "ARRAY['DEAD_LETTERED']",
+		"resetprogress":    "false",
+		"statepolicy":      quote("preserve_progress_and_checkpoint"),
 	}
 	quoted := make([]string, len(jobIDs))
 	for i, id := range jobIDs {

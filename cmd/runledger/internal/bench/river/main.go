@@ -52,6 +52,11 @@ func run() int {
 	rounds := fs.Int("rounds", 1, "repeat each run, rotating the order of replay and River")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to run on instead of a throwaway durable server")
+	requeueMode := fs.Bool("requeue", false, "run the requeue comparison instead: requeue.Job beside River's JobRetry of a discarded job, then requeue.Bulk")
+	requeueOps := fs.Int("requeue-ops", 4000, "with -requeue: single operations of each kind")
+	requeueBlocks := fs.Int("requeue-blocks", 8, "with -requeue: alternating blocks the single operations run in")
+	bulkJobs := fs.Int("bulk-jobs", 100_000, "with -requeue: dead-lettered jobs requeue.Bulk requeues")
+	bulkChunk := fs.Int("bulk-chunk", 1000, "with -requeue: jobs per bulk chunk")
 	workers := fs.Bool("workers", false, "run the worker bench (runledger's worker runtime beside River's Client) instead")
 	workerJobs := fs.Int("worker-jobs", 50_000, "-workers: jobs of a tuned throughput run")
 	workerDefaultJobs := fs.Int("worker-default-jobs", 5_000, "-workers: jobs of a throughput run at the defaults")
@@ -61,6 +66,15 @@ func run() int {
 	addedRTT := fs.Duration("added-rtt", time.Millisecond, "-workers: latency added per round trip for the proxied throughput runs (0 skips)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *requeueMode {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		if err := runRequeueBench(ctx, *dbURL, *requeueOps, *requeueBlocks, *bulkJobs, *bulkChunk, *asJSON, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "river: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if *workers {
 		if *workerJobs < 1 || *workerDefaultJobs < 1 || *workerSamples < 1 || *workerHeartbeat < 0 || *workerMemory < 0 || *addedRTT < 0 || *rounds < 1 {
