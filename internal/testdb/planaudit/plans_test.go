@@ -249,7 +249,7 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'
 
 // seedAuditData fills the database with auditJobs jobs and what hangs off
 // them, analyzes it, and returns parameter values that point into it.
-func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditValues {
+func seedAuditData(t testing.TB, ctx context.Context, pool *pgxpool.Pool) auditValues {
 	t.Helper()
 	start := time.Now()
 	for _, stmt := range []string{
