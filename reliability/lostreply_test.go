@@ -121,7 +121,9 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 		if _, err := jobs.Enqueue(ctx, e.admin, other); !errors.Is(err, runledger.CodeIdempotencyConflict) {
 			t.Fatalf("another request with the id: %v, want an idempotency conflict", err)
 		}
-		if _, err := jobs.Enqueue(ctx, e.admin, jobs.EnqueueRequest{Scope: runledger.Global(), JobType: "email", JobID: id}); !errors.Is(err, runledger.CodeIdempotencyConflict) {
+		// On Citus a job id is unique per tenant only (docs/SCALING.md):
+		// another tenant's job may have it.
+		if _, err := jobs.Enqueue(ctx, e.admin, jobs.EnqueueRequest{Scope: runledger.Global(), JobType: "email", JobID: id}); !testdb.Citus() && !errors.Is(err, runledger.CodeIdempotencyConflict) {
 			t.Fatalf("the id from another scope: %v, want an idempotency conflict", err)
 		}
 	})

@@ -98,7 +98,10 @@ func TestStalledServerKeepsTheDeadline(t *testing.T) {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: s.jobType})
 			return err
 		}},
-		{"claim", true, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
+		// On Citus the claim is a transaction (the tenants with due work,
+		// then a claim per tenant): a stall before BEGIN's reply leaves
+		// nothing sent that could commit.
+		{"claim", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
 			_, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
 			return err
 		}},

@@ -83,7 +83,13 @@ func TestClaimReadsOnlyDueJobs(t *testing.T) {
 	old, _ := pages(oldClaimScan, 10)
 	t.Logf("the claim read %d pages of the claim index; a scan in claim order reads %d", got, old)
 	if old < 100 {
-		t.Fatalf("the control scan read only %d pages: the scheduled backlog is too small to tell", old)
+		// PostgreSQL 18's B-tree skip scan finds the due jobs of each
+		// priority without reading the scheduled ones, even for the
+		// control; before 18 a cheap control means the backlog is too
+		// small to tell the two apart.
+		if testdb.Scalar[int32](t, pool, `SELECT current_setting('server_version_num')::int`) < 180000 {
+			t.Fatalf("the control scan read only %d pages: the scheduled backlog is too small to tell", old)
+		}
 	}
 	if got > 30 {
 		t.Fatalf("the claim read %d pages of the claim index with 30,000 jobs scheduled for later, want a few", got)
