@@ -91,13 +91,13 @@ const jobPruneListTenants = `-- name: JobPruneListTenants :many
 SELECT DISTINCT organization_id
 FROM job_queue
 WHERE status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-  AND status = ANY($1::job_status[])
+  AND status = ANY(($1::text[])::job_status[])
   AND finished_at < $2::timestamptz
 ORDER BY organization_id
 `
 
 type JobPruneListTenantsParams struct {
-	Statuses []JobStatus
+	Statuses []string
 	Cutoff   time.Time
 }
 
@@ -132,7 +132,7 @@ WITH RECURSIVE candidates AS MATERIALIZED (
     FROM job_queue jq
     WHERE jq.organization_id = $1
       AND jq.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-      AND jq.status = ANY($2::job_status[])
+      AND jq.status = ANY(($2::text[])::job_status[])
       AND jq.finished_at < $3::timestamptz
       AND (jq.finished_at, jq.id) > ($4::timestamptz, $5::uuid)
     ORDER BY jq.finished_at, jq.id
@@ -163,7 +163,7 @@ locked AS MATERIALIZED (
         WHERE jq.organization_id = $1
           AND jq.id = m.id
           AND jq.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-          AND jq.status = ANY($2::job_status[])
+          AND jq.status = ANY(($2::text[])::job_status[])
           AND jq.finished_at < $3::timestamptz
           AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
                           WHERE ws.organization_id = $1 AND ws.job_id = jq.id)
@@ -186,7 +186,7 @@ ORDER BY m.family, m.id
 
 type JobPruneLockBatchParams struct {
 	OrganizationID  uuid.UUID
-	Statuses        []JobStatus
+	Statuses        []string
 	Cutoff          time.Time
 	AfterFinishedAt time.Time
 	AfterID         uuid.UUID

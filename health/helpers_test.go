@@ -61,7 +61,7 @@ func insert(t testing.TB, q testdb.Querier, j job) uuid.UUID {
 func link(t testing.TB, q testdb.Querier, source, replay uuid.UUID) {
 	t.Helper()
 	testdb.Exec(t, q, `INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, reason, replay_job_id)
-		SELECT organization_id, id, run_number, 'k-' || $2::text, 'r', $2 FROM job_queue WHERE id = $1`, source, replay)
+		SELECT organization_id, id, run_number, 'k-' || $2::uuid::text, 'r', $2::uuid FROM job_queue WHERE id = $1`, source, replay)
 }
 
 // exists reports whether job id is still stored.

@@ -145,7 +145,7 @@ ORDER BY 2;
 SELECT DISTINCT organization_id
 FROM job_queue
 WHERE status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-  AND status = ANY(@statuses::job_status[])
+  AND status = ANY((@statuses::text[])::job_status[])
   AND finished_at < @cutoff::timestamptz
 ORDER BY organization_id;
 
@@ -171,7 +171,7 @@ WITH RECURSIVE candidates AS MATERIALIZED (
     FROM job_queue jq
     WHERE jq.organization_id = @organization_id
       AND jq.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-      AND jq.status = ANY(@statuses::job_status[])
+      AND jq.status = ANY((@statuses::text[])::job_status[])
       AND jq.finished_at < @cutoff::timestamptz
       AND (jq.finished_at, jq.id) > (@after_finished_at::timestamptz, @after_id::uuid)
     ORDER BY jq.finished_at, jq.id
@@ -202,7 +202,7 @@ locked AS MATERIALIZED (
         WHERE jq.organization_id = @organization_id
           AND jq.id = m.id
           AND jq.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-          AND jq.status = ANY(@statuses::job_status[])
+          AND jq.status = ANY((@statuses::text[])::job_status[])
           AND jq.finished_at < @cutoff::timestamptz
           AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
                           WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
