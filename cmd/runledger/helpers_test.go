@@ -58,6 +58,8 @@ var cliTests = []struct {
 	{"DemoKeepUntilSignal", testDemoKeep},
 	{"DemoWithoutPostgreSQL", testDemoWithoutPostgreSQL},
 	{"DemoStepFails", testDemoStepFails},
+	{"Stats", testStats},
+	{"Prune", testPrune},
 }
 
 func TestCLI(t *testing.T) {
