@@ -250,6 +250,34 @@ func (q *Queries) JobPruneLockBatch(ctx context.Context, db DBTX, arg JobPruneLo
 	return items, nil
 }
 
+const jobPruneTryLock = `-- name: JobPruneTryLock :one
+SELECT pg_try_advisory_lock($1::bigint) AS acquired
+`
+
+// JobPruneTryLock takes the scheduled prune's session advisory lock
+// @lock_key without waiting: false when another session holds it (one
+// scheduled prune at a time across processes). It is held until
+// JobPruneUnlock or the session ends. (On Citus the lock is the
+// coordinator's.)
+func (q *Queries) JobPruneTryLock(ctx context.Context, db DBTX, lockKey int64) (bool, error) {
+	row := db.QueryRow(ctx, jobPruneTryLock, lockKey)
+	var acquired bool
+	err := row.Scan(&acquired)
+	return acquired, err
+}
+
+const jobPruneUnlock = `-- name: JobPruneUnlock :one
+SELECT pg_advisory_unlock($1::bigint) AS released
+`
+
+// JobPruneUnlock releases the lock JobPruneTryLock took.
+func (q *Queries) JobPruneUnlock(ctx context.Context, db DBTX, lockKey int64) (bool, error) {
+	row := db.QueryRow(ctx, jobPruneUnlock, lockKey)
+	var released bool
+	err := row.Scan(&released)
+	return released, err
+}
+
 const jobStatsAll = `-- name: JobStatsAll :many
 WITH clock AS MATERIALIZED (
     SELECT now() AS now

@@ -291,3 +291,41 @@ func (p *pruner) finish(ctx context.Context, s *txn.Session, tenant uuid.UUID, i
 	p.res.KeptForLineage += int64(len(ids)) - del.Val.DeletedJobs
 	return nil
 }
+
+// PruneLockKey is the PostgreSQL advisory lock (session-level) that
+// TryPrune holds while it runs: one scheduled prune at a time across
+// processes.
+const PruneLockKey int64 = 0x726c_7072_756e // "rlprun"
+
+// TryPrune is Prune unless another TryPrune is running anywhere on the
+// database: it holds PruneLockKey, taken without waiting on a connection
+// of its own, for the whole prune. It reports false, with nothing done,
+// when another holds the lock.
+func TryPrune(ctx context.Context, pool *pgxpool.Pool, req PruneRequest) (PruneResult, bool, error) {
+	if err := req.Validate(); err != nil {
+		return PruneResult{DryRun: req.DryRun}, false, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return PruneResult{DryRun: req.DryRun}, false, dberr.Translate(ctx, "acquire the prune lock's connection", err)
+	}
+	defer conn.Release()
+	got, err := queries.JobPruneTryLock(ctx, txn.Wrap(conn), PruneLockKey)
+	if err != nil {
+		return PruneResult{DryRun: req.DryRun}, false, dberr.Translate(ctx, "take the prune lock", err)
+	}
+	if !got {
+		return PruneResult{DryRun: req.DryRun}, false, nil
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if _, err := queries.JobPruneUnlock(uctx, txn.Wrap(conn), PruneLockKey); err != nil {
+			// A connection whose unlock failed may still hold the lock:
+			// close it, which releases it.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+	res, err := Prune(ctx, pool, req)
+	return res, true, err
+}

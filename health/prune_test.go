@@ -333,3 +333,28 @@ func TestPruneValidation(t *testing.T) {
 		testdb.WantCode(t, err, c.code)
 	}
 }
+
+// One TryPrune at a time: while another session holds the prune lock it
+// does nothing and says so; once released it prunes.
+func TestTryPruneOneAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := testdb.Context(t)
+	pool := testdb.New(t)
+	id := insert(t, pool, old(orgA, "SUCCEEDED"))
+	holder := testdb.Begin(t, ctx, pool)
+	testdb.Exec(t, holder, `SELECT pg_advisory_lock($1)`, health.PruneLockKey)
+	req := health.PruneRequest{FinishedBefore: time.Now().Add(-day)}
+	res, ran, err := health.TryPrune(ctx, pool, req)
+	if err != nil || ran || res.DeletedJobs != 0 || !exists(t, pool, id) {
+		t.Fatalf("beside a held lock: ran %v %+v %v", ran, res, err)
+	}
+	testdb.Exec(t, holder, `SELECT pg_advisory_unlock($1)`, health.PruneLockKey)
+	res, ran, err = health.TryPrune(ctx, pool, req)
+	if err != nil || !ran || res.DeletedJobs != 1 || exists(t, pool, id) {
+		t.Fatalf("once released: ran %v %+v %v", ran, res, err)
+	}
+	// The lock was released: a second run takes it again.
+	if _, ran, err = health.TryPrune(ctx, pool, req); err != nil || !ran {
+		t.Fatalf("again: ran %v %v", ran, err)
+	}
+}

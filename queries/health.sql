@@ -264,3 +264,15 @@ deleted AS (
 )
 SELECT (SELECT count(*) FROM deleted)::bigint AS deleted_jobs,
        (SELECT count(*) FROM events)::bigint AS deleted_events;
+
+-- JobPruneTryLock takes the scheduled prune's session advisory lock
+-- @lock_key without waiting: false when another session holds it (one
+-- scheduled prune at a time across processes). It is held until
+-- JobPruneUnlock or the session ends. (On Citus the lock is the
+-- coordinator's.)
+-- name: JobPruneTryLock :one
+SELECT pg_try_advisory_lock(@lock_key::bigint) AS acquired;
+
+-- JobPruneUnlock releases the lock JobPruneTryLock took.
+-- name: JobPruneUnlock :one
+SELECT pg_advisory_unlock(@lock_key::bigint) AS released;
