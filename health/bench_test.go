@@ -1,0 +1,213 @@
+package health_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/health"
+	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/jobs"
+)
+
+// benchSize reads a size from the environment, else def.
+func benchSize(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// seedFinished inserts n jobs, from..from+n-1, that finished hours to
+// weeks ago across 10 tenants and 10 types, in set-based statements of
+// 250,000 rows (each well within the test kit's statement timeout), with
+// events events each.
+func seedFinished(b *testing.B, pool *pgxpool.Pool, from, n, events int) {
+	b.Helper()
+	for lo := from; lo < from+n; lo += 250_000 {
+		hi := min(lo+250_000, from+n) - 1
+		start := time.Now()
+		testdb.Exec(b, pool, `WITH ins AS (
+			    INSERT INTO job_queue (id, job_type, organization_id, status, max_attempts, attempt, stage, payload,
+			        started_at, finished_at, created_at)
+			    SELECT gen_random_uuid(), 'type-' || (g % 10), ('00000000-0000-4000-8000-00000000000' || (g % 10))::uuid,
+			           (ARRAY['SUCCEEDED','SUCCEEDED','SUCCEEDED','DEAD_LETTERED','CANCELED']::job_status[])[1 + g % 5], 3, 1, 'completed',
+			           '{"n":1}', now() - interval '2 hours' - make_interval(secs => g % 2000000) - interval '3 seconds',
+			           now() - interval '2 hours' - make_interval(secs => g % 2000000), now() - interval '3 hours' - make_interval(secs => g % 2000000)
+			    FROM generate_series($1::int, $2::int) g
+			    RETURNING organization_id, id, finished_at)
+			INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload, occurred_at)
+			SELECT ins.organization_id, ins.id, 1, 1, 'PROGRESS', '{}', ins.finished_at
+			FROM ins CROSS JOIN generate_series(1, $3::int)`, lo, hi, events)
+		b.Logf("seeded finished jobs %d..%d in %s", lo, hi, time.Since(start).Round(time.Second))
+	}
+}
+
+// BenchmarkStats measures GetStats over every tenant and over one tenant
+// with a live queue of 100,000 jobs (due, scheduled, leased) and 10,000
+// that finished in the window, first with nothing else (110,000 jobs),
+// then with RUNLEDGER_BENCH_HISTORY (default 9,890,000) finished jobs
+// older than the window added (10,000,000 jobs), on the same database.
+// Reports the p50 and p95 of one call in ms.
+//
+//	go test -run '^$' -bench BenchmarkStats -benchtime 200x -timeout 2h ./health/
+func BenchmarkStats(b *testing.B) {
+	history := benchSize("RUNLEDGER_BENCH_HISTORY", 9_890_000)
+	ctx := context.Background()
+	pool := testdb.OpenPool(b, testdb.NewURL(b), 4, nil)
+	for _, stmt := range []string{
+		`INSERT INTO job_definitions (job_type) SELECT 'type-' || n FROM generate_series(0, 9) n`,
+		`INSERT INTO job_queue (id, job_type, organization_id, status, max_attempts, attempt, next_run_at, lease_expires_at, worker_id, stage, payload)
+		 SELECT gen_random_uuid(), 'type-' || (g % 10), ('00000000-0000-4000-8000-00000000000' || (g % 10))::uuid,
+		        (ARRAY['PENDING','PENDING','PENDING','LEASED']::job_status[])[1 + g % 4], 3, CASE WHEN g % 4 = 3 THEN 1 ELSE 0 END,
+		        now() + make_interval(secs => (g % 7200) - 3600),
+		        CASE WHEN g % 4 = 3 THEN now() + make_interval(secs => (g % 600) - 60) END,
+		        CASE WHEN g % 4 = 3 THEN 'w' END, 'queued', '{"n":1}'
+		 FROM generate_series(1, 100000) g`,
+		`INSERT INTO job_queue (id, job_type, organization_id, status, max_attempts, attempt, stage, payload, started_at, finished_at)
+		 SELECT gen_random_uuid(), 'type-' || (g % 10), ('00000000-0000-4000-8000-00000000000' || (g % 10))::uuid,
+		        (ARRAY['SUCCEEDED','SUCCEEDED','DEAD_LETTERED','CANCELED']::job_status[])[1 + g % 4], 3, 1, 'completed', '{}',
+		        now() - make_interval(secs => g * 0.3) - interval '2 seconds', now() - make_interval(secs => g * 0.3)
+		 FROM generate_series(1, 10000) g`,
+		`VACUUM ANALYZE`,
+	} {
+		testdb.Exec(b, pool, stmt)
+	}
+	org := runledger.Organization(uuid.UUID(orgOf(3)))
+	measure := func(name string) {
+		for _, c := range []struct {
+			scope string
+			req   health.StatsRequest
+		}{{"all", health.StatsRequest{}}, {"tenant", health.StatsRequest{Scope: &org}}} {
+			b.Run(name+"/"+c.scope, func(b *testing.B) {
+				// The window moves with the clock: the first calls warm the
+				// cache, as a dashboard polling the stats does.
+				for range 5 {
+					if _, err := health.GetStats(ctx, pool, c.req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				took := make([]time.Duration, 0, b.N)
+				b.ResetTimer()
+				for range b.N {
+					start := time.Now()
+					if _, err := health.GetStats(ctx, pool, c.req); err != nil {
+						b.Fatal(err)
+					}
+					took = append(took, time.Since(start))
+				}
+				b.StopTimer()
+				reportLatency(b, took, "")
+			})
+		}
+	}
+	measure("jobs=110k")
+	seedFinished(b, pool, 1, history, 0)
+	testdb.Exec(b, pool, `VACUUM ANALYZE job_queue`)
+	measure(fmt.Sprintf("jobs=%dk", (110_000+history)/1000))
+}
+
+func orgOf(n int) [16]byte {
+	return [16]byte{15: byte(n), 6: 0x40, 8: 0x80}
+}
+
+// reportLatency reports the p50 and p95 of took in ms, with a prefix.
+func reportLatency(b *testing.B, took []time.Duration, prefix string) {
+	if len(took) == 0 {
+		return
+	}
+	slices.Sort(took)
+	at := func(p float64) float64 {
+		return float64(took[min(len(took)-1, int(p*float64(len(took))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.50), prefix+"p50_ms")
+	b.ReportMetric(at(0.95), prefix+"p95_ms")
+}
+
+// BenchmarkPruneBesideAWorker seeds RUNLEDGER_BENCH_PRUNE (default
+// 200,000) finished jobs with 5 events each and 100,000 pending jobs, then
+// runs a worker loop (claim 10, complete them) for RUNLEDGER_BENCH_QUIET
+// seconds (default 5) alone, then beside a prune of every old job (batch
+// RUNLEDGER_BENCH_BATCH, default 1000). It reports the prune's jobs/s and
+// the claim's p50 and p95 in ms alone (quiet_) and during the prune
+// (pruning_).
+//
+//	go test -run '^$' -bench BenchmarkPruneBesideAWorker -benchtime 1x -timeout 1h ./health/
+func BenchmarkPruneBesideAWorker(b *testing.B) {
+	n := benchSize("RUNLEDGER_BENCH_PRUNE", 200_000)
+	quiet := time.Duration(benchSize("RUNLEDGER_BENCH_QUIET", 5)) * time.Second
+	batch := benchSize("RUNLEDGER_BENCH_BATCH", health.DefaultPruneBatch)
+	ctx := context.Background()
+	pool := testdb.OpenPool(b, testdb.NewURL(b), 8, nil)
+	testdb.Exec(b, pool, `INSERT INTO job_definitions (job_type) SELECT 'type-' || n FROM generate_series(0, 9) n`)
+	seedFinished(b, pool, 1, n, 5)
+	testdb.Exec(b, pool, `INSERT INTO job_queue (id, job_type, organization_id, max_attempts, payload)
+		SELECT gen_random_uuid(), 'type-' || (g % 10), '00000000-0000-0000-0000-000000000000', 3, '{}' FROM generate_series(1, 100000) g`)
+	testdb.Exec(b, pool, `VACUUM ANALYZE`)
+	events := testdb.Scalar[int64](b, pool, `SELECT count(*) FROM job_events`)
+	b.Logf("seeded %d finished jobs with %d events", n, events)
+
+	// work claims and completes until stop closes, timing each claim.
+	work := func(stop <-chan struct{}) []time.Duration {
+		var took []time.Duration
+		for {
+			select {
+			case <-stop:
+				return took
+			default:
+			}
+			start := time.Now()
+			claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "bench", Limit: 10, Lease: time.Minute})
+			took = append(took, time.Since(start))
+			if err != nil {
+				b.Error(err)
+				return took
+			}
+			for _, j := range claimed {
+				if _, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{Scope: testdb.Ptr(j.Scope()), JobID: j.ID, RunNumber: j.RunNumber,
+					Attempt: j.Attempt, WorkerID: "bench"}); err != nil {
+					b.Error(err)
+					return took
+				}
+			}
+		}
+	}
+	for range b.N {
+		stop := make(chan struct{})
+		go func() { time.Sleep(quiet); close(stop) }()
+		alone := work(stop)
+
+		stop = make(chan struct{})
+		var wg sync.WaitGroup
+		var during []time.Duration
+		wg.Add(1)
+		go func() { defer wg.Done(); during = work(stop) }()
+		b.ResetTimer()
+		start := time.Now()
+		res, err := health.Prune(ctx, pool, health.PruneRequest{FinishedBefore: time.Now().Add(-time.Hour), BatchSize: batch})
+		elapsed := time.Since(start)
+		b.StopTimer()
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.DeletedJobs != int64(n) {
+			b.Fatalf("pruned %+v, want %d jobs", res, n)
+		}
+		b.Logf("pruned %d jobs and %d events in %s (%d batches); %d claims alone, %d during", res.DeletedJobs, res.DeletedEvents,
+			elapsed.Round(time.Millisecond), res.Batches, len(alone), len(during))
+		b.ReportMetric(float64(res.DeletedJobs)/elapsed.Seconds(), "pruned_jobs/s")
+		reportLatency(b, alone, "quiet_claim_")
+		reportLatency(b, during, "pruning_claim_")
+	}
+}
