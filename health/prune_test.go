@@ -243,6 +243,7 @@ func TestPruneBesideClaimsCompletesAndReplays(t *testing.T) {
 	done := make(chan struct{})
 	errc := make(chan error, 3)
 	var replayed []uuid.UUID
+	var enqueued int64
 	// A worker: enqueue, claim, complete, until the prune is done.
 	wg.Add(2)
 	go func() {
@@ -257,6 +258,7 @@ func TestPruneBesideClaimsCompletesAndReplays(t *testing.T) {
 				errc <- err
 				return
 			}
+			enqueued++
 			claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
 			if err != nil {
 				errc <- err
@@ -299,8 +301,10 @@ func TestPruneBesideClaimsCompletesAndReplays(t *testing.T) {
 			t.Errorf("replayed source %s was deleted", id)
 		}
 	}
-	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_queue WHERE finished_at >= now() - interval '1 day' OR finished_at IS NULL`); n == 0 {
-		t.Fatal("the worker ran nothing")
+	// Nothing newer than the cutoff was deleted: every job the worker
+	// enqueued (finished or not) and every replay is there.
+	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_queue WHERE finished_at >= now() - interval '1 day' OR finished_at IS NULL`); n != enqueued+int64(len(replayed)) || enqueued == 0 {
+		t.Fatalf("%d jobs newer than the cutoff, want the %d enqueued and %d replays", n, enqueued, len(replayed))
 	}
 	// Left: the replayed sources (their replays are pending) and the jobs
 	// skipped while a replay held them (which then replayed them, so a job
