@@ -114,6 +114,13 @@ func TestStatsCountsPerScope(t *testing.T) {
 // does not; the percentiles are those of the jobs inside.
 func TestStatsWindowBoundaries(t *testing.T) {
 	t.Parallel()
+	if testdb.Citus() {
+		// On Citus the stats' now() is the shard's transaction clock, which
+		// starts when the transaction first reaches the shard: later than
+		// the coordinator's clock that the inserts below wrote, so the
+		// window a test builds to the microsecond is shifted by that gap.
+		t.Skip("microsecond window boundaries need one clock; Citus has the coordinator's and the shard's")
+	}
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	testdb.InTx(t, ctx, pool, func(tx pgx.Tx) {
