@@ -144,3 +144,34 @@ func testPrune(t *testing.T, c *cli) {
 		t.Fatalf("text output: %s", text)
 	}
 }
+
+// A prune killed mid-run (SIGKILL: no cleanup at all) keeps the batches it
+// committed, each whole, and a rerun finishes the work.
+func testPruneKilled(t *testing.T, c *cli) {
+	e := db(t)
+	pool := testdb.OpenPool(t, e.databaseURL, 2, nil)
+	testdb.Exec(t, pool, `INSERT INTO job_definitions (job_type) VALUES ('mail')`)
+	testdb.Exec(t, pool, `INSERT INTO job_queue (organization_id, job_type, status, max_attempts, attempt, stage, started_at, finished_at)
+		SELECT $1, 'mail', 'SUCCEEDED', 3, 1, 'completed', now() - interval '3 days', now() - interval '2 days' - make_interval(secs => g)
+		FROM generate_series(1, 20000) g`, healthOrgA)
+	testdb.Exec(t, pool, `INSERT INTO job_queue (organization_id, job_type, status, max_attempts, attempt, stage, started_at, finished_at)
+		VALUES ($1, 'mail', 'SUCCEEDED', 3, 1, 'completed', now() - interval '2 minutes', now() - interval '1 minute')`, healthOrgA)
+	count := func() int64 { return testdb.Count(t, pool, "job_queue") }
+	cmd := c.command(t, e, "prune", "--older-than", "24h", "--org", healthOrgA, "--batch", "10", "--json")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testdb.WaitFor(t, "the prune's first batches", func() bool { return count() < 20001 })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	left := count()
+	if left == 1 || (20001-left)%10 != 0 {
+		t.Fatalf("%d jobs left after the kill: want whole batches of 10 deleted, and some left", left)
+	}
+	out := object(t, c.ok(t, e, "prune", "--older-than", "24h", "--org", healthOrgA, "--json").stdout)
+	if num(t, out, "deleted_jobs") != left-1 || count() != 1 {
+		t.Fatalf("rerun: %v, %d jobs left", out, count())
+	}
+}

@@ -60,6 +60,7 @@ var cliTests = []struct {
 	{"DemoStepFails", testDemoStepFails},
 	{"Stats", testStats},
 	{"Prune", testPrune},
+	{"PruneKilled", testPruneKilled},
 }
 
 func TestCLI(t *testing.T) {
