@@ -55,7 +55,7 @@ test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIO
 # gives each test a distributed database cloned from the migrated template.
 # The template build refuses a schema that leaves tables local to the
 # coordinator, so the suites fail until the schema distributes (issue 18).
-CITUS_PACKAGES ?= . ./db/ ./replay/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/pgcitus/
+CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/pgcitus/
 CITUS_FLAGS    ?=
 
 .PHONY: citus-binaries
@@ -68,6 +68,21 @@ test-citus: ## Run the library suites against a throwaway Citus cluster (coordin
 	echo "RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR=$$bindir $(GO) test -count=1 $(CITUS_FLAGS) $(CITUS_PACKAGES)"; \
 	env -u RUNLEDGER_TEST_DATABASE_URL RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR="$$bindir" \
 	  $(GO) test -count=1 $(CITUS_FLAGS) $(CITUS_PACKAGES)
+
+# The figures of docs/SCALING.md: the same benchmarks (one tenant's replay,
+# claim and complete; the claim across 10, 100 and 1,000 tenants) on one
+# PostgreSQL server and then on the Citus lane's cluster, in one run.
+CITUS_BENCH      ?= BenchmarkSucceededJob$$/(inserted|existing)|BenchmarkClaimComplete|BenchmarkClaimAcrossTenants|BenchmarkStatements
+CITUS_BENCH_TIME ?= 2s
+
+.PHONY: bench-citus
+bench-citus: ## Benchmarks of docs/SCALING.md on one server, then on a Citus cluster
+	@set -e; bindir=$$(tools/citus); \
+	echo "== one PostgreSQL server"; \
+	env -u RUNLEDGER_TEST_DATABASE_URL -u RUNLEDGER_TEST_CITUS RUNLEDGER_PG_BINDIR="$$bindir" $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./internal/testdb/planaudit/; \
+	echo "== Citus: a coordinator and two workers"; \
+	env -u RUNLEDGER_TEST_DATABASE_URL RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR="$$bindir" \
+	  $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./internal/testdb/planaudit/
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
@@ -89,10 +104,17 @@ lint: ## go vet plus the pinned staticcheck (and go vet of the River comparison 
 	cd $(RIVER_BENCH) && $(GO) vet ./...
 
 .PHONY: bench
-bench: ## Go benchmarks, runledger bench against pgbench, then replay beside River
-	$(GO) test -run '^$$' -bench . -benchmem ./replay/
+bench: ## Go benchmarks, runledger bench against pgbench, then replay and requeue beside River
+	$(GO) test -run '^$$' -bench . -benchmem ./replay/ ./requeue/
 	$(GO) run ./cmd/runledger bench --compare-pgbench
 	cd $(RIVER_BENCH) && $(GO) run .
+	cd $(RIVER_BENCH) && $(GO) run . -requeue
+
+WORKER_BENCH_FLAGS ?=
+
+.PHONY: bench-worker
+bench-worker: ## The worker runtime beside River's workers in one run (throughput, pickup latency, +1 ms per round trip, heartbeats, memory)
+	cd $(RIVER_BENCH) && $(GO) run . -workers $(WORKER_BENCH_FLAGS)
 
 .PHONY: demo
 demo: ## Run the demo on a throwaway local PostgreSQL

@@ -676,7 +676,9 @@ definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = $1 AND job_definitions.is_enabled
-      AND ($2::jsonb IS NULL
+      AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                      WHERE taken.organization_id = $2::uuid AND taken.id = $3)
+      AND ($4::jsonb IS NULL
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE
 ),
@@ -687,7 +689,7 @@ inserted AS (
     )
     SELECT $3,
            d.job_type,
-           $4::uuid,
+           $2::uuid,
            $5::jsonb,
            COALESCE($6::int, d.default_priority),
            COALESCE($7::int, d.max_attempts),
@@ -695,7 +697,7 @@ inserted AS (
            COALESCE($9::timestamptz, clock.now),
            CASE WHEN $9::timestamptz > clock.now THEN 'scheduled' ELSE 'queued' END,
            $10::text,
-           $2::jsonb,
+           $4::jsonb,
            $11::text
     FROM definition d CROSS JOIN clock
     ON CONFLICT DO NOTHING
@@ -711,9 +713,9 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 
 type JobEnqueueParams struct {
 	JobType              string
-	EnqueueRequest       json.RawMessage
-	ID                   uuid.UUID
 	OrganizationID       uuid.UUID
+	ID                   uuid.UUID
+	EnqueueRequest       json.RawMessage
 	Payload              json.RawMessage
 	Priority             *int32
 	MaxAttempts          *int32
@@ -776,12 +778,19 @@ type JobEnqueueRow struct {
 // writes nothing and the caller refuses. No row, and nothing written,
 // when the definition is missing or disabled or the key or id is taken.
 // The workers' wake-up is a statement of its own (WorkerNotifyDue).
+// The probe of the tenant's own job_queue for @id (a fresh id nobody
+// holds, or the chosen id, which ON CONFLICT would find as well) is there
+// for Citus: it puts the tenant's shard among the rows the statement
+// reads, so Citus anchors the statement there. Anchored on the reference
+// table instead, Citus takes a shard-wide share lock for the FOR SHARE
+// and then a row-exclusive one for the insert, and two concurrent
+// enqueues deadlock between the two.
 func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams) (JobEnqueueRow, error) {
 	row := db.QueryRow(ctx, jobEnqueue,
 		arg.JobType,
-		arg.EnqueueRequest,
-		arg.ID,
 		arg.OrganizationID,
+		arg.ID,
+		arg.EnqueueRequest,
 		arg.Payload,
 		arg.Priority,
 		arg.MaxAttempts,

@@ -14,6 +14,7 @@ import (
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/replay"
+	"github.com/runledger-go/runledger/requeue"
 )
 
 // DefaultDetailLimit is the number of events, and of replays, GetDetail
@@ -21,7 +22,8 @@ import (
 const DefaultDetailLimit = 100
 
 // DetailRequest asks for a job's detail: the job, a page of its events,
-// a page of the replays made from it, and the job it was replayed from.
+// a page of the replays made from it, the job it was replayed from, and
+// its requeue history.
 type DetailRequest struct {
 	// Scope is the caller's tenant; a job outside it is
 	// runledger.CodeJobNotFound.
@@ -81,10 +83,15 @@ type Detail struct {
 	MoreReplays bool `json:"more_replays,omitempty"`
 	// ReplayedFrom is the job's own lineage when it is a replay, else nil.
 	ReplayedFrom *runledger.ReplayLineage `json:"replayed_from"`
+	// Requeues is the job's requeue history, oldest first (at most
+	// requeue.MaxHistory): from which run, when and why each requeue was
+	// made; empty, not nil, when there are none (in JSON only when there
+	// are some).
+	Requeues []requeue.Record `json:"requeues,omitempty"`
 }
 
 // GetDetail reads a job, a page of its events, a page of the replays made
-// from it and the job it was replayed from in one REPEATABLE READ,
+// from it, the job it was replayed from and its requeue history in one REPEATABLE READ,
 // read-only transaction, so the reads agree with each other. The request
 // is validated first. A job outside the caller's scope is
 // runledger.CodeJobNotFound. No row lock. Its cost is bounded by the
@@ -109,6 +116,9 @@ func GetDetail(ctx context.Context, pool *pgxpool.Pool, req DetailRequest) (Deta
 		return Detail{}, err
 	}
 	if d.ReplayedFrom, err = replay.Origin(ctx, tx, req.Scope, req.JobID); err != nil {
+		return Detail{}, err
+	}
+	if d.Requeues, err = requeue.History(ctx, tx, req.Scope, req.JobID); err != nil {
 		return Detail{}, err
 	}
 	return d, nil

@@ -397,11 +397,17 @@ func TestEnqueueHoldsDefinitionForShare(t *testing.T) {
 	if _, err := jobs.EnqueueTx(ctx, tx, jobs.EnqueueRequest{JobType: "email"}); err != nil {
 		t.Fatal(err)
 	}
-	if !testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "NO KEY UPDATE") {
-		t.Fatal("definition row is not share-locked during the enqueue's transaction")
-	}
-	if testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "SHARE") {
-		t.Fatal("definition row is locked more strongly than FOR SHARE")
+	// On Citus the share lock is on the placement of the reference table on
+	// the tenant's node, which a probe through the coordinator need not
+	// reach; a definition change writes every placement, so the wait below
+	// is what both engines promise.
+	if !testdb.Citus() {
+		if !testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "NO KEY UPDATE") {
+			t.Fatal("definition row is not share-locked during the enqueue's transaction")
+		}
+		if testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "SHARE") {
+			t.Fatal("definition row is locked more strongly than FOR SHARE")
+		}
 	}
 
 	// A definition change waits for the enqueuing transaction.

@@ -19,6 +19,13 @@
 -- writes nothing and the caller refuses. No row, and nothing written,
 -- when the definition is missing or disabled or the key or id is taken.
 -- The workers' wake-up is a statement of its own (WorkerNotifyDue).
+-- The probe of the tenant's own job_queue for @id (a fresh id nobody
+-- holds, or the chosen id, which ON CONFLICT would find as well) is there
+-- for Citus: it puts the tenant's shard among the rows the statement
+-- reads, so Citus anchors the statement there. Anchored on the reference
+-- table instead, Citus takes a shard-wide share lock for the FOR SHARE
+-- and then a row-exclusive one for the insert, and two concurrent
+-- enqueues deadlock between the two.
 -- name: JobEnqueue :one
 WITH clock AS (
     SELECT now() AS now
@@ -27,6 +34,8 @@ definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
     WHERE job_definitions.job_type = @job_type AND job_definitions.is_enabled
+      AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                      WHERE taken.organization_id = @organization_id::uuid AND taken.id = @id)
       AND (sqlc.narg(enqueue_request)::jsonb IS NULL
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE

@@ -180,7 +180,7 @@ func (e *env) backendOf(app string) int32 {
 // pg_stat_activity).
 func (e *env) kill(pid int32) {
 	e.t.Helper()
-	if !testdb.Scalar[bool](e.t, e.admin, `SELECT pg_terminate_backend($1)`, pid) {
+	if !testdb.Scalar[bool](e.t, e.admin, `SELECT pg_terminate_backend($1::int)`, pid) {
 		e.t.Fatalf("pg_terminate_backend(%d) found no such backend", pid)
 	}
 	e.waitFor(fmt.Sprintf("backend %d to exit", pid), func() bool {

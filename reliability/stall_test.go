@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/wake"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -52,6 +53,10 @@ func stalledPool(t *testing.T, e *env) (*pgproxy.Proxy, *pgxpool.Pool) {
 // transient.
 func TestStalledServerKeepsTheDeadline(t *testing.T) {
 	t.Parallel()
+	// The workers' wake-up rides in a pipeline at most once per interval
+	// and process: sent every time, the warm call prepares every
+	// statement the stalled call sends.
+	t.Cleanup(wake.Always())
 	type call func(ctx context.Context, pool *pgxpool.Pool, seed seeded) error
 	// warm runs each call once before the stall, on another job: a replay
 	// of another source, another key, another lease.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
+	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/worker"
 )
 
@@ -89,4 +90,72 @@ func TestWorkerBehindAStalledNetworkGivesUpItsLease(t *testing.T) {
 		t.Errorf("side effects %s, want %s", got, want)
 	}
 	checkNoAttemptFinishedTwice(t, e.admin)
+}
+
+// TestWorkerShutdownBehindAStalledNetworkKeepsItsTimeout ends Run's
+// context while the worker's network is black-holed (pgproxy's Stall) and
+// a handler runs: the handler is canceled at the shutdown timeout, its
+// outcome cannot be written, the fetcher's claim and the heartbeats get no
+// answer. Run must still return within the shutdown timeout plus the
+// worker's grace (the wait for canceled handlers, which the last database
+// calls share) plus the engine's Grace for a stalled cancel. The lease is
+// long, so that only the shutdown bounds the calls. A worker whose calls
+// have no deadline never returns here: the test then closes the proxy, so
+// that it can.
+func TestWorkerShutdownBehindAStalledNetworkKeepsItsTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	createEffects(t, e.admin)
+	defineTypes(t, e.admin, map[string]int32{typeBlock: 3})
+	j := enqueueN(t, e.admin, typeBlock, 1)[0]
+
+	addr, err := pgproxy.TargetAddr(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := pgproxy.Start(addr, pgproxy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	pool := openPool(t, proxy.ConnString(e.url), "rl-stalled-stop", 8, nil)
+	started := make(chan struct{}, 1)
+	const shutdownTimeout = 500 * time.Millisecond
+	w := startWorker(t, pool, worker.Config{WorkerID: "stalled-stop", Lease: time.Minute, ShutdownTimeout: shutdownTimeout,
+		PollInterval: 20 * time.Millisecond, RecoveryInterval: 50 * time.Millisecond},
+		func(w *worker.Worker) error {
+			return registerTestTypes(w, pool, true, func(worker.Job[json.RawMessage]) { started <- struct{}{} }, nil)
+		})
+	<-started
+	proxy.Stall()
+	time.Sleep(100 * time.Millisecond) // let the fetcher and the recovery meet the stall
+	stoppedAt := time.Now()
+	returned := make(chan error, 1)
+	go func() { returned <- w.stop() }()
+	bound := shutdownTimeout + worker.ShutdownGrace + txn.Grace + 3*time.Second
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Run returned %s after its context ended", time.Since(stoppedAt).Round(time.Millisecond))
+	case <-time.After(bound):
+		proxy.Close()
+		<-returned
+		t.Fatalf("Run did not return within %s of its context's end behind a stalled network (shutdown timeout %s)", bound, shutdownTimeout)
+	}
+	// The attempt's outcome could not be written: the job is still leased
+	// (recovered once the lease expires), and the worker reported it lost.
+	if got := testdb.Scalar[string](t, e.admin, `SELECT status::text FROM job_queue WHERE id = $1`, j.ID); got != "LEASED" {
+		t.Errorf("the job is %s, want still LEASED (nothing could be written)", got)
+	}
+	var lost bool
+	for _, f := range w.outcomes() {
+		if f.Job.ID == j.ID && f.Outcome == worker.OutcomeLost {
+			lost = true
+		}
+	}
+	if !lost {
+		t.Errorf("the worker did not report the attempt lost: %+v", w.outcomes())
+	}
 }

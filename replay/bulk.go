@@ -365,7 +365,7 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest, onChunk func
 	case req.Filter != nil:
 		sp.Filter = &bulk.Filter[Source]{Page: a.page, Until: req.Filter.SucceededUntil, Limit: req.Filter.Limit, Count: req.Count}
 	case req.Sources != nil:
-		sp.List, sp.Expected = sourcesOf(req.Sources), len(req.Sources)
+		sp.List, sp.Expected = bulk.Slice(req.Sources), len(req.Sources)
 	default:
 		sp.List = req.Stream
 	}

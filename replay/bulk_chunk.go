@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"errors"
-	"iter"
 	"math"
 	"time"
 
@@ -32,17 +31,6 @@ const bulkOperation = "bulk job replay"
 type bulkAction struct {
 	pool *pgxpool.Pool
 	req  BulkRequest
-}
-
-// sourcesOf yields a Sources list as the engine reads a list.
-func sourcesOf(list []Source) iter.Seq2[Source, error] {
-	return func(yield func(Source, error) bool) {
-		for _, s := range list {
-			if !yield(s, nil) {
-				return
-			}
-		}
-	}
 }
 
 // chunk runs one chunk's transaction on c.Session (for a filter, its page

@@ -185,10 +185,23 @@ func TestBulkChunkAndCallerReplayingInDescendingOrderDeadlock(t *testing.T) {
 	}()
 	testdb.WaitFor(t, "the chunk to wait for the caller's source", func() bool {
 		return testdb.Scalar[bool](t, admin, `
-			SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-			               WHERE a.application_name = 'bulk-deadlock' AND NOT l.granted)`)
+			SELECT EXISTS (SELECT 1 FROM (`+testdb.WaitersSQL()+`) w JOIN pg_stat_activity a USING (pid)
+			               WHERE a.application_name = 'bulk-deadlock')`)
 	})
 	_, err = replay.SucceededJobTx(ctx, tx, req(lo))
+	if testdb.Citus() && err == nil {
+		// On Citus the cycle closes on the tenant's worker node, whose
+		// detector does not see the caller's deadlock_timeout: it may abort
+		// the chunk, which runs again once the caller has committed.
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		if got.err != nil || got.sum != (replay.BulkSummary{Selected: 2, Existing: 2}) {
+			t.Fatalf("the bulk whose chunk was aborted: %+v, %v; want both existing", got.sum, got.err)
+		}
+		return
+	}
 	var pgErr *pgconn.PgError
 	if !errors.Is(err, runledger.CodeTransient) || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
 		t.Fatalf("the caller's second replay: %s, want a deadlock (40P01, db.transient)", testdb.Detail(err))

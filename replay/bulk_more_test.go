@@ -48,8 +48,8 @@ func TestBulkConcurrentIdenticalActionsReplayEachSourceOnce(t *testing.T) {
 		}
 		testdb.WaitFor(t, "bulk B to wait on A's locks", func() bool {
 			return testdb.Scalar[bool](t, admin, `
-				SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-				               WHERE a.application_name = 'bulk-b' AND NOT l.granted)`)
+				SELECT EXISTS (SELECT 1 FROM (`+testdb.WaitersSQL()+`) w JOIN pg_stat_activity a USING (pid)
+				               WHERE a.application_name = 'bulk-b')`)
 		})
 	}, func(ctx context.Context) bool { return ctx.Value(bulkBlocker{}) != nil })()
 
@@ -186,7 +186,7 @@ func TestBulkFilterStaysInItsScope(t *testing.T) {
 			}
 		}
 		if n := testdb.Scalar[int64](t, pool, `
-			SELECT count(*) FROM job_replays jr JOIN job_queue s ON s.id = jr.source_job_id
+			SELECT count(*) FROM job_replays jr JOIN job_queue s ON s.organization_id = jr.organization_id AND s.id = jr.source_job_id
 			WHERE jr.replay_request_key = 'scoped' AND s.organization_id <> $1`, testdb.Tenant(tc.scope)); n != 0 {
 			t.Fatalf("%s: %d replays of other scopes' jobs", tc.name, n)
 		}
@@ -505,7 +505,7 @@ func TestBulkRateIsATokenBucketFromTheLastInsert(t *testing.T) {
 		t.Fatalf("chunk sizes %v, want 103 chunks of %d", sizes, rate)
 	}
 	created := testdb.Column[time.Time](t, pool, `
-		SELECT q.created_at FROM job_replays r JOIN job_queue q ON q.id = r.replay_job_id
+		SELECT q.created_at FROM job_replays r JOIN job_queue q ON q.organization_id = r.organization_id AND q.id = r.replay_job_id
 		WHERE r.replay_request_key = $1 AND r.source_job_id = ANY($2) ORDER BY q.created_at`, key, fresh)
 	if len(created) != 60 {
 		t.Fatalf("%d replays of the new sources, want 60", len(created))

@@ -99,8 +99,8 @@ func TestConcurrentDistinctKeysEachCreateOneReplay(t *testing.T) {
 	}
 	if n := testdb.Scalar[int64](t, pool, `
 		SELECT count(*) FROM job_replays jr
-		WHERE (SELECT count(*) FROM job_events e WHERE e.job_id = jr.replay_job_id AND e.event_type = 'ENQUEUED') = 1
-		  AND (SELECT count(*) FROM job_events e WHERE e.job_id = jr.replay_job_id) = 1`); n != callers {
+		WHERE (SELECT count(*) FROM job_events e WHERE e.organization_id = jr.organization_id AND e.job_id = jr.replay_job_id AND e.event_type = 'ENQUEUED') = 1
+		  AND (SELECT count(*) FROM job_events e WHERE e.organization_id = jr.organization_id AND e.job_id = jr.replay_job_id) = 1`); n != callers {
 		t.Fatalf("%d replays with exactly one ENQUEUED event, want %d", n, callers)
 	}
 }

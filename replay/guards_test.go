@@ -164,7 +164,7 @@ func TestLockWaitCancelIsTheServersAnswer(t *testing.T) {
 		}
 		testdb.WaitFor(t, "the replay to wait for the source lock", func() bool {
 			return testdb.Scalar[int64](t, pool, `
-				SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> $1 AND pid <> pg_backend_pid()`,
+				SELECT count(*) FROM (`+testdb.WaitersSQL()+`) w WHERE pid <> $1 AND pid <> pg_backend_pid()`,
 				int32(holder.Conn().PgConn().PID())) > 0
 		})
 		cancel()
@@ -182,7 +182,7 @@ func TestLockWaitCancelIsTheServersAnswer(t *testing.T) {
 		if !owned {
 			// The caller's connection is still usable for its ROLLBACK.
 			testdb.WaitFor(t, "the canceled statement to end", func() bool {
-				return testdb.Scalar[int64](t, pool, `SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = $1`, int32(pid)) == 0
+				return testdb.Scalar[int64](t, pool, `SELECT count(*) FROM (`+testdb.WaitersSQL()+`) w WHERE pid = $1`, int32(pid)) == 0
 			})
 		}
 	}

@@ -78,9 +78,9 @@ func rowLockHolders(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) []uint32 {
 		}
 		var blockers []uint32
 		if err := pool.QueryRow(context.Background(), `
-			SELECT coalesce(array_agg(b ORDER BY b), '{}')::int8[]::int4[]
-			FROM unnest(pg_blocking_pids($1)) AS b
-			WHERE EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`,
+			SELECT coalesce(array_agg(b.pid ORDER BY b.pid), '{}')::int8[]::int4[]
+			FROM (`+testdb.BlockersSQL()+`) AS b
+			WHERE EXISTS (SELECT 1 FROM (`+testdb.WaitersSQL()+`) w WHERE w.pid = $1)`,
 			int32(waiterPID)).Scan(&blockers); err != nil {
 			t.Fatalf("read pg_locks: %v", err)
 		}
@@ -88,7 +88,7 @@ func rowLockHolders(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) []uint32 {
 			// Cancel on the server, not through ctx: the waiter's connection
 			// stays usable, so its rollback completes before we return and
 			// it never gets to take the lock later.
-			testdb.Exec(t, pool, `SELECT pg_cancel_backend($1)`, int32(waiterPID))
+			testdb.Exec(t, pool, `SELECT pg_cancel_backend($1::int)`, int32(waiterPID))
 			<-done
 			return blockers
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -114,11 +115,27 @@ func TestInsertPathHoldsTheSourceAndDefinitionLocks(t *testing.T) {
 		_, err := ptx.Exec(ctx, `SELECT 1 FROM job_definitions WHERE job_type = 'email' `+mode+` NOWAIT`)
 		return err != nil
 	}
-	if probeDef("FOR SHARE") || !probeDef("FOR UPDATE") {
+	var changed chan error
+	if testdb.Citus() {
+		// On Citus the share lock is on the reference table's placement on
+		// the tenant's node, which a probe through the coordinator need not
+		// reach; a definition change writes every placement, so it waits.
+		changed = make(chan error, 1)
+		go func() {
+			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: "email"})
+			changed <- err
+		}()
+		testdb.WaitBlocked(t, pool, 0)
+	} else if probeDef("FOR SHARE") || !probeDef("FOR UPDATE") {
 		t.Fatal("job definition is not held FOR SHARE by the replay transaction")
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if changed != nil {
+		if err := <-changed; err != nil {
+			t.Fatal(err)
+		}
 	}
 	if locks := probeRowLocks(t, pool, sourceID); !locks.unlocked() {
 		t.Fatalf("source still locked after commit: %+v", locks)
@@ -202,8 +219,8 @@ func TestContextCanceledWhileWaitingForTheSourceRollsBack(t *testing.T) {
 	var waiterPID int32
 	testdb.WaitFor(t, "the replay to wait for the source lock", func() bool {
 		waiterPID = testdb.Scalar[int32](t, pool, `
-			SELECT coalesce(min(l.pid), 0) FROM pg_locks l
-			WHERE NOT l.granted AND l.pid <> $1 AND l.pid <> pg_backend_pid()`,
+			SELECT coalesce(min(pid), 0) FROM (`+testdb.WaitersSQL()+`) w
+			WHERE pid <> $1 AND pid <> pg_backend_pid()`,
 			int32(holder.Conn().PgConn().PID()))
 		return waiterPID != 0
 	})

@@ -142,8 +142,7 @@ func raceForTheSource(t *testing.T, ctx context.Context, pool *pgxpool.Pool, run
 		go func() {
 			for {
 				var waiting bool
-				if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-					WHERE NOT l.granted AND a.datname = current_database())`).Scan(&waiting); err != nil {
+				if err := pool.QueryRow(ctx, `SELECT EXISTS (`+testdb.WaitersSQL()+`)`).Scan(&waiting); err != nil {
 					committed <- err
 					return
 				}

@@ -123,6 +123,9 @@ func TestCommitErrorInTheFinalBatchIsCommitUnconfirmed(t *testing.T) {
 	t.Parallel()
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
+	if testdb.Citus() {
+		t.Skip("Citus refuses triggers on distributed tables; the commit error is made by a deferred trigger")
+	}
 	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
 	testdb.Exec(t, pool, `CREATE FUNCTION test_refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'refused at commit'; END $$`)

@@ -70,7 +70,7 @@ func (r *run) beat() {
 			e.mu.Unlock()
 		}
 		sent := time.Now()
-		ctx, cancel := context.WithDeadline(r.db, until)
+		ctx, cancel := r.bounded(until)
 		results, err := jobs.HeartbeatMany(ctx, r.pool, reqs)
 		cancel()
 		if err != nil {
@@ -166,7 +166,12 @@ func (r *run) listen(ctx context.Context) {
 func (r *run) recoverLeases(ctx context.Context) {
 	for {
 		for {
-			rec, err := jobs.RecoverExpiredLeases(ctx, r.pool, maxClaim)
+			// A recovery bounded by the lease (at least 5 s, so that a
+			// short lease does not starve it): one that waits longer on a
+			// server that stopped answering is given up and tried again.
+			callCtx, cancel := context.WithTimeout(ctx, max(r.cfg.Lease, 5*time.Second))
+			rec, err := jobs.RecoverExpiredLeases(callCtx, r.pool, maxClaim)
+			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("runledger worker: lease recovery failed", "worker_id", r.cfg.WorkerID, "err", err)

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -22,7 +23,10 @@ const (
 	OutcomeDeadLettered Outcome = "dead_lettered"
 	// OutcomeLost: the worker no longer held the lease (the job was
 	// canceled, or the lease expired and another attempt may run); nothing
-	// was written for the attempt.
+	// was written for the attempt. Also an attempt whose outcome could not
+	// be written before the hard stop of a shutdown (see ShutdownGrace):
+	// its job stays LEASED until a recovery takes it back, unless a write
+	// whose reply was lost landed.
 	OutcomeLost Outcome = "lost"
 )
 
@@ -100,7 +104,7 @@ func (r *run) flush(batch []*execution) {
 		}
 	}
 	if len(done) > 0 {
-		r.write(done, func(es []*execution) ([]jobs.Result[runledger.Job], error) {
+		r.write(done, func(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
 			reqs := make([]jobs.CompleteRequest, len(es))
 			for i, e := range es {
 				e.mu.Lock()
@@ -108,18 +112,18 @@ func (r *run) flush(batch []*execution) {
 					WorkerID: r.cfg.WorkerID, Output: e.output, ProgressDone: e.progressDone, ProgressTotal: e.progressTotal}
 				e.mu.Unlock()
 			}
-			return jobs.CompleteMany(r.db, r.pool, reqs)
+			return jobs.CompleteMany(ctx, r.pool, reqs)
 		})
 	}
 	if len(failed) > 0 {
-		r.write(failed, func(es []*execution) ([]jobs.Result[runledger.Job], error) {
+		r.write(failed, func(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
 			reqs := make([]jobs.FailRequest, len(es))
 			for i, e := range es {
 				f := *e.failure
 				f.Scope, f.JobID, f.RunNumber, f.Attempt, f.WorkerID = &e.scope, e.job.ID, e.job.RunNumber, e.job.Attempt, r.cfg.WorkerID
 				reqs[i] = f
 			}
-			return jobs.FailMany(r.db, r.pool, reqs)
+			return jobs.FailMany(ctx, r.pool, reqs)
 		})
 	}
 }
@@ -130,12 +134,16 @@ func (r *run) flush(batch []*execution) {
 // reading the jobs back, and only what did not land is retried. A retry
 // refused for an entry whose earlier write was unconfirmed is read back
 // too: the refusal may be that write, landed. An entry whose lease ran out
-// meanwhile is lost.
-func (r *run) write(es []*execution, op func([]*execution) ([]jobs.Result[runledger.Job], error)) {
+// meanwhile is lost. Each try is bounded by the end of the batch's last
+// lease (past it every entry is lost anyway); at the hard stop of a
+// shutdown what is left is given up.
+func (r *run) write(es []*execution, op func(context.Context, []*execution) ([]jobs.Result[runledger.Job], error)) {
 	var bo backoff
 	var unsure map[*execution]bool // entries an unconfirmed write may have written
 	for len(es) > 0 {
-		results, err := op(es)
+		ctx, cancel := r.bounded(lastLeaseEnd(es))
+		results, err := op(ctx, es)
+		cancel()
 		if err == nil {
 			var recheck []*execution
 			for i, res := range results {
@@ -171,21 +179,54 @@ func (r *run) write(es []*execution, op func([]*execution) ([]jobs.Result[runled
 			left = append(left, e)
 		}
 		es = left
-		if len(es) > 0 {
-			time.Sleep(bo.next())
+		if len(es) > 0 && (r.db.Err() != nil || !sleep(r.db.Done(), bo.next())) {
+			r.giveUp(es)
+			return
 		}
 	}
+}
+
+// giveUp reports as lost the attempts whose outcome could not be written
+// before the hard stop of a shutdown: their jobs stay LEASED until their
+// leases expire and a recovery takes them back (or an unconfirmed write
+// landed after all).
+func (r *run) giveUp(es []*execution) {
+	r.log.Error("runledger worker: the shutdown's time ran out before these outcomes could be written; their jobs are recovered when their leases expire",
+		"worker_id", r.cfg.WorkerID, "jobs", len(es))
+	for _, e := range es {
+		e.lost.Store(true)
+		r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errShutdownDeadline, Duration: e.duration})
+	}
+}
+
+// lastLeaseEnd is the latest lease end among es.
+func lastLeaseEnd(es []*execution) time.Time {
+	var until time.Time
+	for _, e := range es {
+		if t := e.leaseEnd(); t.After(until) {
+			until = t
+		}
+	}
+	return until
 }
 
 // resolve reads back the jobs of a batch whose commit is unconfirmed:
 // those that show this worker's write at this attempt are reported
 // written, those still leased at this attempt by this worker are returned
 // to be written again, and the others (recovered, canceled, claimed
-// again) are reported lost.
+// again) are reported lost. The reads share one deadline: the batch's
+// last lease end, at least a heartbeat interval from now.
 func (r *run) resolve(es []*execution) []*execution {
+	until := lastLeaseEnd(es)
+	// A read-back may still find what landed, also past a lease's end.
+	if floor := time.Now().Add(r.cfg.HeartbeatInterval); until.Before(floor) {
+		until = floor
+	}
+	ctx, cancel := r.bounded(until)
+	defer cancel()
 	var left []*execution
 	for _, e := range es {
-		j, err := jobs.Get(r.db, r.pool, e.scope, e.job.ID)
+		j, err := jobs.Get(ctx, r.pool, e.scope, e.job.ID)
 		switch {
 		case err != nil:
 			left = append(left, e)

@@ -52,7 +52,9 @@ type Config struct {
 	PollInterval time.Duration
 	// ShutdownTimeout is how long running handlers may go on once Run's
 	// context ends (default DefaultShutdownTimeout); then their contexts
-	// are canceled.
+	// are canceled. Run returns within ShutdownTimeout plus ShutdownGrace
+	// (and a second) of its context's end, also when the database stops
+	// answering.
 	ShutdownTimeout time.Duration
 	// RecoveryInterval is how often this worker tries to recover expired
 	// leases (default DefaultRecoveryInterval); one recovery runs at a time

@@ -25,6 +25,9 @@ var (
 	errShutdown  = errors.New("worker: shutting down")
 	errTimedOut  = errors.New("worker: the job's timeout passed")
 	errLeaseLost = errors.New("worker: the lease is no longer held")
+	// errShutdownDeadline is the Err of an attempt given up at the hard
+	// stop of a shutdown (ShutdownGrace).
+	errShutdownDeadline = errors.New("worker: the shutdown's time ran out before the outcome could be written")
 )
 
 // FailpointAfterClaim fires in the fetcher once a claim returned, before
@@ -39,6 +42,15 @@ func init() { failpoint.Declare(FailpointAfterClaim) }
 // waiting for it.
 const abandonGrace = 5 * time.Second
 
+// ShutdownGrace is how long past Config.ShutdownTimeout a shutdown may
+// go on: the wait for canceled handlers and the last database writes
+// share it. Then every database call still in flight is canceled (each
+// returns within a second of its cancel, also when the server's host has
+// stopped answering) and Run returns; an outcome or hand-back that could
+// not be written by then leaves its job LEASED until its lease expires and
+// a recovery takes it back.
+const ShutdownGrace = abandonGrace
+
 // run is one Run of a Worker: the state its goroutines share.
 type run struct {
 	pool     *pgxpool.Pool
@@ -48,7 +60,9 @@ type run struct {
 	types    []string
 
 	// db is the context of database work: it outlives Run's context, so
-	// that outcomes and hand-backs are committed while shutting down.
+	// that outcomes and hand-backs are committed while shutting down, and
+	// is canceled ShutdownTimeout plus ShutdownGrace after Run's context
+	// ended. Every call on it also has a deadline of its own (see bounded).
 	db       context.Context
 	cancelDB context.CancelFunc
 	// handlerBase is the parent of every handler's context, canceled with
@@ -143,9 +157,14 @@ func (r *run) run(ctx context.Context) error {
 	go func() { defer close(fetched); r.fetch(ctx.Done()) }()
 
 	<-ctx.Done()
+	stoppedAt := time.Now()
+	// The hard stop: past it no database call of this Run goes on, so that
+	// Run returns in time also when the server stops answering.
+	hardStop := time.AfterFunc(r.cfg.ShutdownTimeout+ShutdownGrace, r.cancelDB)
+	defer hardStop.Stop()
 	<-fetched
 	r.log.Info("runledger worker shutting down", "worker_id", r.cfg.WorkerID, "running", r.running())
-	if !waitFor(&r.handlersWG, r.cfg.ShutdownTimeout) {
+	if !waitFor(&r.handlersWG, time.Until(stoppedAt.Add(r.cfg.ShutdownTimeout))) {
 		r.log.Warn("runledger worker: handlers still running after the shutdown timeout; canceling them",
 			"worker_id", r.cfg.WorkerID, "running", r.running())
 		r.cancelHandlers(errShutdown)
@@ -233,9 +252,13 @@ func (r *run) fetch(stop <-chan struct{}) {
 			return
 		default:
 		}
-		claimed, err := jobs.Claim(r.db, r.pool, jobs.ClaimRequest{
+		// A claim that takes longer than the lease it asks for is useless:
+		// the leases it would take have ended.
+		ctx, cancel := r.bounded(time.Now().Add(r.cfg.Lease))
+		claimed, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
 			WorkerID: r.cfg.WorkerID, JobTypes: r.types, Limit: min(free, maxClaim), Lease: r.cfg.Lease,
 		})
+		cancel()
 		if err != nil {
 			r.log.Warn("runledger worker: claim failed; retrying", "worker_id", r.cfg.WorkerID, "err", err)
 			again = true
@@ -395,12 +418,16 @@ func (r *run) handBack(js []runledger.Job) {
 		reqs[i] = jobs.ReleaseRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: r.cfg.WorkerID}
 	}
 	var bo backoff
+	// Past the end of the leases there is nothing left to hand back.
+	until := time.Now().Add(r.cfg.Lease)
 	for attempt := 1; ; attempt++ {
-		_, err := jobs.Release(r.db, r.pool, reqs)
+		ctx, cancel := r.bounded(until)
+		_, err := jobs.Release(ctx, r.pool, reqs)
+		cancel()
 		if err == nil {
 			return
 		}
-		if attempt == 5 || errors.Is(err, runledger.ErrCommitUnconfirmed) {
+		if attempt == 5 || errors.Is(err, runledger.ErrCommitUnconfirmed) || r.db.Err() != nil || time.Now().After(until) {
 			// A release that may have landed is not repeated (the lease may
 			// be another's by now); an unreleased job is recovered when its
 			// lease expires.
@@ -408,8 +435,17 @@ func (r *run) handBack(js []runledger.Job) {
 				"worker_id", r.cfg.WorkerID, "jobs", len(reqs), "err", err)
 			return
 		}
-		time.Sleep(bo.next())
+		if !sleep(r.db.Done(), bo.next()) {
+			return
+		}
 	}
+}
+
+// bounded returns a context for one database call: canceled at the hard
+// stop of a shutdown, and with until as its deadline, so that a call to a
+// server that stopped answering ends.
+func (r *run) bounded(until time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(r.db, until)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -42,6 +42,11 @@
 // its jobs LEASED. A handler that ignores its canceled context keeps its
 // job leased until the lease expires and a recovery takes it back.
 //
+// Every database call has a deadline (see ShutdownGrace): Run returns
+// within Config.ShutdownTimeout plus ShutdownGrace and a second of its
+// context's end, also when the server's host stops answering; what could
+// not be written by then is reported lost and recovered with its lease.
+//
 // # Connections
 //
 // A Worker holds one connection of its pool for LISTEN (unless

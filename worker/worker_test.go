@@ -402,10 +402,19 @@ func TestWorkerRecoversAnotherWorkersExpiredLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The retry after a lost lease waits Backoff(1): make it due at once
-	// when recovery writes it.
-	testdb.Exec(t, h.pool, `CREATE FUNCTION due_now() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.next_run_at := now(); RETURN NEW; END $$`)
-	testdb.Exec(t, h.pool, `CREATE TRIGGER due_now BEFORE UPDATE ON job_queue FOR EACH ROW WHEN (NEW.status = 'PENDING') EXECUTE FUNCTION due_now()`)
+	// when recovery writes it (on Citus, which has no triggers on
+	// distributed tables, once recovery has written it).
+	if !testdb.Citus() {
+		testdb.Exec(t, h.pool, `CREATE FUNCTION due_now() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.next_run_at := now(); RETURN NEW; END $$`)
+		testdb.Exec(t, h.pool, `CREATE TRIGGER due_now BEFORE UPDATE ON job_queue FOR EACH ROW WHEN (NEW.status = 'PENDING') EXECUTE FUNCTION due_now()`)
+	}
 	h.start()
+	if testdb.Citus() {
+		testdb.WaitFor(t, "recovery to schedule the retry", func() bool {
+			return len(testdb.EventTypes(t, h.pool, j.ID)) >= 3
+		})
+		testdb.Exec(t, h.pool, `UPDATE job_queue SET next_run_at = now() WHERE id = $1 AND status = 'PENDING'`, j.ID)
+	}
 	f := h.waitFinished(1)[0]
 	if f.Outcome != worker.OutcomeSucceeded || f.Job.Attempt != 2 {
 		t.Fatalf("finished %+v, want the job succeeded at attempt 2", f)

@@ -52,6 +52,22 @@ Output (--json): {"machine":{...},"settings":{...},"results":[{"server",
 "sources","added_rtt","path","client","clients","seconds","ops","errors",
 "per_second","p50_ms","p95_ms","p99_ms","round_trips","proxied","held_ms"}, ...]}
 
+With --workers it runs the worker bench instead: this project's worker
+runtime (package worker) runs trivial jobs on a throwaway durable server
+(or --database-url), in two configurations with the same worker count as
+River's (defaults: 50 workers, everything else at its defaults; tuned:
+1,000 workers, a 50 ms poll), and reports the throughput of
+--worker-jobs jobs inserted beforehand in one batch (--worker-default-jobs
+for the defaults), the pickup latency of --worker-latency-samples jobs
+enqueued one at a time (p50/p95/p99 from the enqueue's commit to the
+handler's start), the tuned throughput through the proxy without delay
+and with the first --added-rtt (default 1ms; 0 skips it), the statements
+per job per heartbeat interval while --worker-heartbeat-jobs jobs are
+held (counted on the wire), and RSS, heap and goroutines before and after
+one worker ran --worker-memory-jobs jobs (0 skips either). The same bench
+beside River v0.51.2 in one run: make bench-worker (the nested module
+cmd/runledger/internal/bench/river, go run . -workers).
+
 Exit codes: 0 done (also when some operations failed: see the errors
 column); 1 the database or pgbench could not be run; 2 bad flags.`,
 	setup: func(fs *flagSet) runFunc {
@@ -65,9 +81,41 @@ column); 1 the database or pgbench could not be run; 2 bad flags.`,
 		compare := fs.boolean("compare-pgbench", false, "Also run the pgbench scripts (reference, three-round-trip and pipelined) and print the ratios.")
 		cancelable := fs.boolean("cancelable-context", false, "Give every Go call a cancelable context, as a request handler would (pgx then watches it with a goroutine per round trip); by default the calls' context cannot be canceled.")
 		pgbenchBin := fs.str("pgbench", "`PATH`: the pgbench binary.")
+		workers := fs.boolean("workers", false, "Run the worker bench (the worker runtime's throughput, pickup latency, heartbeat overhead and memory) instead.")
+		workerJobs := fs.intDefault("worker-jobs", 50_000, "`N`: --workers: jobs of a tuned throughput run.")
+		workerDefaultJobs := fs.intDefault("worker-default-jobs", 5_000, "`N`: --workers: jobs of a throughput run at the defaults.")
+		workerSamples := fs.intDefault("worker-latency-samples", 200, "`N`: --workers: jobs of a latency run, one at a time.")
+		workerHeartbeat := fs.intDefault("worker-heartbeat-jobs", 200, "`N`: --workers: jobs held while heartbeat statements are counted (0 skips).")
+		workerMemory := fs.intDefault("worker-memory-jobs", 100_000, "`N`: --workers: jobs of the memory run (0 skips).")
 		durable := fs.boolean("durable", false, "Throwaway server: only the durable one (fsync on).")
 		fast := fs.boolean("fast", false, "Throwaway server: only the fast one (fsync off).")
 		return func(ctx context.Context, inv *invocation) (result, error) {
+			if *workers {
+				wo := bench.WorkerOptions{Systems: []bench.WorkerSystem{bench.RunledgerWorkers()}, Jobs: int(*workerJobs),
+					DefaultJobs: int(*workerDefaultJobs), LatencySamples: int(*workerSamples), HeartbeatJobs: int(*workerHeartbeat),
+					MemoryJobs: int(*workerMemory), Rounds: int(*rounds), AddedRTT: time.Millisecond, Progress: inv.stderr}
+				if *workerJobs < 1 || *workerDefaultJobs < 1 || *workerSamples < 1 || *workerHeartbeat < 0 || *workerMemory < 0 || *rounds < 1 {
+					return nil, invalidArgf("bench: --worker-jobs, --worker-default-jobs, --worker-latency-samples and --rounds must be positive, --worker-heartbeat-jobs and --worker-memory-jobs not negative")
+				}
+				if fs.isSet("added-rtt") {
+					rtts, err := durationList("added-rtt", *rtt)
+					if err != nil {
+						return nil, err
+					}
+					wo.AddedRTT = 0
+					if len(rtts) > 0 {
+						wo.AddedRTT = rtts[0]
+					}
+				}
+				if u, err := inv.URL(); err == nil {
+					wo.DatabaseURL = u
+				}
+				rep, err := bench.RunWorkers(ctx, wo)
+				if err != nil {
+					return nil, err
+				}
+				return workerBenchResult{rep}, nil
+			}
 			opts := bench.Options{ComparePgbench: *compare, Pgbench: *pgbenchBin, Duration: *duration, Warmup: *warmup, Rounds: int(*rounds), CancelableContext: *cancelable}
 			var err error
 			if opts.Sources, err = intList("sources", *sources); err != nil {
@@ -119,6 +167,12 @@ column); 1 the database or pgbench could not be run; 2 bad flags.`,
 type benchResult struct{ *bench.Report }
 
 func (r benchResult) text(w io.Writer) { r.Report.Text(w) }
+
+// workerBenchResult prints the worker bench's report (text) or marshals
+// it (--json).
+type workerBenchResult struct{ *bench.WorkerReport }
+
+func (r workerBenchResult) text(w io.Writer) { r.WorkerReport.Text(w) }
 
 func intList(name, s string) ([]int, error) {
 	var out []int

@@ -411,3 +411,55 @@ func writeBulkCounts(w io.Writer, names []string, counts []int, selected int) {
 		fmt.Fprintf(w, "  %-22s  %*s\n", name, width, groupDigits(counts[i]))
 	}
 }
+
+// bulkFlags are the flags every bulk command shares, as parsed, and the
+// validation codes its library gives their refusals.
+type bulkFlags struct {
+	// cmd starts the messages; filter is the flag a filter requires with
+	// its placeholder ("--type T"); what names what the rate counts
+	// ("replays").
+	cmd, filter, what string
+	// fromSet and filterSet say whether --from and the filter's required
+	// flag were given; filterOnly lists the other filter flags given.
+	fromSet, filterSet bool
+	filterOnly         []string
+	chunk              int32
+	rate, limit        *int32
+	// The codes of a chunk, rate and limit not positive.
+	chunkCode, rateCode, limitCode runledger.Code
+}
+
+// check refuses, before any database work (exit 2), anything but exactly
+// one selection (--from, or a filter with its required flag) and a
+// --chunk, --rate or --limit that is not positive; the library reads 0
+// as "the default", the command line wants them positive or left out. It
+// returns the rate and limit (0 when not given).
+func (f bulkFlags) check() (rate, limit int, err error) {
+	name := strings.Fields(f.filter)[0]
+	switch {
+	case f.fromSet && f.filterSet:
+		return 0, 0, usageErrorf("%s: --from and %s are two selections; give exactly one: --from FILE or a filter (%s ...)", f.cmd, name, f.filter)
+	case f.fromSet && len(f.filterOnly) > 0:
+		return 0, 0, usageErrorf("%s: %s belongs to a filter (%s) and cannot be combined with --from", f.cmd, strings.Join(f.filterOnly, ", "), f.filter)
+	case !f.fromSet && !f.filterSet && len(f.filterOnly) > 0:
+		return 0, 0, usageErrorf("%s: a filter needs %s (%s given without it)", f.cmd, f.filter, strings.Join(f.filterOnly, ", "))
+	case !f.fromSet && !f.filterSet:
+		return 0, 0, usageErrorf("%s: missing selection: give --from FILE (- for stdin) or a filter %s", f.cmd, f.filter)
+	}
+	if f.chunk < 1 {
+		return 0, 0, bulkInvalid(f.chunkCode, "%s: --chunk must be a positive number of sources per transaction, got %d", f.cmd, f.chunk)
+	}
+	if f.rate != nil {
+		if *f.rate < 1 {
+			return 0, 0, bulkInvalid(f.rateCode, "%s: --rate must be a positive number of %s per second, got %d (leave it out for no limit)", f.cmd, f.what, *f.rate)
+		}
+		rate = int(*f.rate)
+	}
+	if f.filterSet && f.limit != nil {
+		if *f.limit < 1 {
+			return 0, 0, bulkInvalid(f.limitCode, "%s: --limit must be a positive number of jobs, got %d (leave it out for no limit)", f.cmd, *f.limit)
+		}
+		limit = int(*f.limit)
+	}
+	return rate, limit, nil
+}

@@ -36,6 +36,8 @@ var commands = []*command{
 	failCmd,
 	replayCmd,
 	replayBulkCmd,
+	requeueCmd,
+	requeueBulkCmd,
 	jobsShowCmd,
 	demoCmd,
 	benchCmd,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,8 +31,11 @@ reuse the key with another reason (conflict), replay with a stale run
 number (expectation mismatch), let tenant B try to replay tenant A's job
 (not found), show the lineage as 'runledger jobs show' shows it (the
 replay SUCCEEDED), then replay every succeeded job of the type in one bulk
-action (replay-bulk by filter), run that action again (all existing), and
-stop the worker gracefully. Every step checks its own outcome; the demo
+action (replay-bulk by filter), run that action again (all existing); then
+a charge capture dead-letters while its payment provider is down, the
+provider comes back and the job is requeued in place (compare-and-requeue),
+a retry of the same requeue is existing, and the worker runs the job at its
+next run; finally stop the worker gracefully. Every step checks its own outcome; the demo
 exits 1 if any step did not behave as the story says.
 
 Without a database configured it starts a throwaway PostgreSQL server
@@ -117,6 +121,12 @@ type demo struct {
 	key      string
 	reason   string
 	bulkKey  string
+
+	// The requeue story: the charge capture job type, whether its
+	// provider is down (its handler fails while it is), and the job.
+	chargeType   string
+	providerDown atomic.Bool
+	charge       runledger.Job
 }
 
 // errStepFailed marks a step whose outcome was not the story's.
@@ -125,17 +135,19 @@ var errStepFailed = errors.New("step did not behave as described")
 func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration) (result, error) {
 	suffix := randomSuffix()
 	d := &demo{
-		ctx:     ctx,
-		out:     inv.stdout,
-		pace:    pace,
-		jobType: "demo.send_invoice." + suffix,
-		worker:  "demo-worker-" + suffix,
-		tenantA: uuid.New(),
-		tenantB: uuid.New(),
-		key:     "resend-invoice-1042",
-		reason:  "customer asked for the invoice again",
-		bulkKey: "incident-42-resend",
+		ctx:        ctx,
+		out:        inv.stdout,
+		pace:       pace,
+		jobType:    "demo.send_invoice." + suffix,
+		worker:     "demo-worker-" + suffix,
+		tenantA:    uuid.New(),
+		tenantB:    uuid.New(),
+		key:        "resend-invoice-1042",
+		reason:     "customer asked for the invoice again",
+		bulkKey:    "incident-42-resend",
+		chargeType: "demo.capture_charge." + suffix,
 	}
+	d.providerDown.Store(true)
 	if inv.asJSON() {
 		d.out = io.Discard
 	}
@@ -175,7 +187,8 @@ func runDemo(ctx context.Context, inv *invocation, keep bool, pace time.Duration
 	steps := []func() error{
 		d.migrate, d.define, d.startWorker, d.enqueue, d.runSource,
 		d.replayInserted, d.runReplay, d.replayExisting, d.replayConflict, d.replayStaleRun,
-		d.replayOtherTenant, d.lineage, d.bulkReplay, d.bulkReplayAgain, d.stopWorker,
+		d.replayOtherTenant, d.lineage, d.bulkReplay, d.bulkReplayAgain,
+		d.chargeDeadLetters, d.requeueDeadLettered, d.requeueExisting, d.runRequeued, d.stopWorker,
 	}
 	for i, step := range steps {
 		if i > 0 {

@@ -37,6 +37,10 @@ var demoTitles = []string{
 	"The lineage, as 'runledger jobs show' shows it",
 	"Bulk-replay every succeeded job of the type (one action, by filter)",
 	"Run the same bulk action again (idempotent: all existing)",
+	"A charge capture dead-letters while the payment provider is down",
+	"The provider is back: requeue the dead-lettered job (compare-and-requeue)",
+	"Retry the same requeue (idempotent: existing, nothing written)",
+	"The worker runs the requeued job; 'jobs show' lists the requeue",
 	"Stop the worker (graceful shutdown)",
 	"Stop the throwaway server",
 }
@@ -127,7 +131,10 @@ func testDemo(t *testing.T, c *cli) {
 		"Expectation mismatch", "(exit 3)", "Not found", "(exit 4)", "Replays made from this job (1):",
 		"Stopped the server and removed " + tmp + "/runledger-pgtemp-", "$ runledger replay-bulk --type ", "5 sources selected", "All 5 sources are replayed: 5 inserted now",
 		"All 5 sources are replayed: 0 inserted now, 5 already replayed under this key", "The worker ran job ", "SUCCEEDED at run 1 with output {\"sent\":true,\"invoice\":1042}",
-		"0 left LEASED", "Demo complete: all 17 steps behaved as described.",
+		"0 left LEASED", "Demo complete: all 21 steps behaved as described.",
+		"$ runledger requeue --job ", "Requeued (inserted)", "is PENDING again at run 2", "Requeued (existing)",
+		"DEAD_LETTERED at run 1 (last error provider.down)", "SUCCEEDED with output {\"charge\":\"ch_1042\",\"captured\":true}",
+		"Requeue history (1):",
 	} {
 		if !strings.Contains(out.stdout, want) {
 			t.Errorf("demo output lacks %q", want)

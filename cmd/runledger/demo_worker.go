@@ -59,12 +59,16 @@ func (d *demo) startWorker() error {
 		if err := worker.Register(wk, d.jobType, sendInvoice); err != nil {
 			return err
 		}
+		if err := worker.Register(wk, d.chargeType, d.captureCharge); err != nil {
+			return err
+		}
 		ctx, cancel := context.WithCancel(context.WithoutCancel(d.ctx))
 		dw.w, dw.stop = wk, cancel
 		go func() { dw.done <- wk.Run(ctx) }()
 		d.wk = dw
 		fmt.Fprintf(w, "worker.New(pool, worker.Config{WorkerID: %q, Concurrency: 10, Lease: 30s})\n", d.worker)
 		fmt.Fprintf(w, "worker.Register(w, %q, sendInvoice)   // returns {\"sent\":true,\"invoice\":N}\n", d.jobType)
+		fmt.Fprintf(w, "worker.Register(w, %q, captureCharge) // fails while the payment provider is down\n", d.chargeType)
 		fmt.Fprintln(w, "go w.Run(ctx)")
 		fmt.Fprintln(w, "Running: it hears each committed enqueue (LISTEN/NOTIFY), claims, runs the handler, heartbeats, and completes.")
 		return nil

@@ -46,6 +46,8 @@ var cliTests = []struct {
 	{"ReplayBulkStdin", testReplayBulkStdin},
 	{"ReplayBulkInterrupt", testReplayBulkInterrupt},
 	{"ReplayBulkHelp", testReplayBulkHelp},
+	{"Requeue", testRequeue},
+	{"RequeueBulk", testRequeueBulk},
 	{"ExitCodes", testExitCodes},
 	{"InputLimitsExit2", testInputLimits},
 	{"HumanOutput", testHumanOutput},

@@ -4,21 +4,24 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/requeue"
 )
 
 var jobsShowCmd = &command{
 	name:    "jobs show",
 	args:    "UUID",
-	summary: "Show a job, its events, the replays made from it and the job it replays.",
+	summary: "Show a job, its events, the replays made from it, the job it replays and its requeue history.",
 	help: `Prints the job record, its history (events in the order they
 happened), the replays made from it (replay job, request key, reason, when,
 and the replay's current status) and, if it is itself a replay, the job
-and run it was replayed from. Everything is read in one read-only snapshot.
+and run it was replayed from, and its requeue history (each requeue: from
+which run, when, why). Everything is read in one read-only snapshot.
 
 A long history is paged: the newest --events events (default 100) are
 shown, and the output says when older ones exist and how to see them
@@ -39,8 +42,11 @@ Output (--json):
                "replay_request_key":"...","reason":"...","created_at":"...",
                "replay_status":"PENDING","replay_run_number":1}, ...],
    "replayed_from":{"replay_job_id":"...","source_job_id":"...","source_run_number":1,
-                    "replay_request_key":"...","reason":"...","created_at":"..."} | null}
-and "more_events":true / "more_replays":true added when a further page exists.
+                    "replay_request_key":"...","reason":"...","created_at":"..."} | null,
+   "requeues":[{"event_id":N,"from_run_number":1,"from_attempt":1,"requeued_at":"...",
+                "reason":"...","state_policy":"preserve_progress_and_checkpoint"}, ...]}
+and "more_events":true / "more_replays":true added when a further page exists;
+"requeues" is there only for a job that was requeued.
 with the job fields listed in 'runledger help enqueue'.
 
 Exit codes: 0 done; 2 invalid input; 4 not found in the caller's scope;
@@ -110,4 +116,22 @@ func (v *jobView) text(w io.Writer) {
 	writeReplays(w, v.Replays, "  ")
 	fmt.Fprintln(w, "\nReplayed from:")
 	writeReplayedFrom(w, v.ReplayedFrom, "  ")
+	fmt.Fprintf(w, "\nRequeue history (%d):\n", len(v.Requeues))
+	writeRequeues(w, v.Requeues, "  ")
+}
+
+// writeRequeues prints a job's requeue history, one line each.
+func writeRequeues(w io.Writer, rs []requeue.Record, indent string) {
+	if len(rs) == 0 {
+		fmt.Fprintf(w, "%snone\n", indent)
+		return
+	}
+	for _, r := range rs {
+		progress := "kept progress"
+		if r.StatePolicy == requeue.ResetProgress.String() {
+			progress = "reset progress"
+		}
+		fmt.Fprintf(w, "%srun %d requeued at %s (%s, event %d): %s\n", indent, r.FromRunNumber, humanTime(r.RequeuedAt),
+			progress, r.EventID, strconv.Quote(r.Reason))
+	}
 }

@@ -208,41 +208,22 @@ func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, *sourceList[repl
 	if a.limit != nil {
 		filterOnly = append(filterOnly, "--limit")
 	}
-	switch {
-	case a.fromSet && a.typeSet:
-		return req, nil, usageErrorf("replay-bulk: --from and --type are two selections; give exactly one: --from FILE or a filter (--type T ...)")
-	case a.fromSet && len(filterOnly) > 0:
-		return req, nil, usageErrorf("replay-bulk: %s belongs to a filter (--type T) and cannot be combined with --from", strings.Join(filterOnly, ", "))
-	case !a.fromSet && !a.typeSet && len(filterOnly) > 0:
-		return req, nil, usageErrorf("replay-bulk: a filter needs --type T (%s given without it)", strings.Join(filterOnly, ", "))
-	case !a.fromSet && !a.typeSet:
-		return req, nil, usageErrorf("replay-bulk: missing selection: give --from FILE (- for stdin) or a filter --type T")
+	rate, limit, err := bulkFlags{cmd: "replay-bulk", filter: "--type T", what: "replays",
+		fromSet: a.fromSet, filterSet: a.typeSet, filterOnly: filterOnly, chunk: a.chunk, rate: a.rate, limit: a.limit,
+		chunkCode: codeBulkChunk, rateCode: codeBulkRate, limitCode: codeBulkLimit}.check()
+	if err != nil {
+		return req, nil, err
 	}
-	if a.chunk < 1 {
-		return req, nil, bulkInvalid(codeBulkChunk, "replay-bulk: --chunk must be a positive number of sources per transaction, got %d", a.chunk)
-	}
-	if a.rate != nil {
-		if *a.rate < 1 {
-			return req, nil, bulkInvalid(codeBulkRate, "replay-bulk: --rate must be a positive number of replays per second, got %d (leave it out for no limit)", *a.rate)
-		}
-		req.Rate = int(*a.rate)
-	}
+	req.Rate = rate
 	if a.typeSet {
 		if strings.TrimSpace(a.jobType) == "" {
 			return req, nil, bulkInvalid(codeJobTypeBlank, "replay-bulk: --type must not be blank")
-		}
-		if a.limit != nil && *a.limit < 1 {
-			return req, nil, bulkInvalid(codeBulkLimit, "replay-bulk: --limit must be a positive number of jobs, got %d (leave it out for no limit)", *a.limit)
 		}
 		if a.since != nil && a.until != nil && !a.since.Before(*a.until) {
 			return req, nil, bulkInvalid(codeBulkRange, "replay-bulk: --succeeded-since %s is not before --succeeded-until %s: the range [since, until) selects nothing",
 				a.since.Format(time.RFC3339Nano), a.until.Format(time.RFC3339Nano))
 		}
-		f := &replay.Filter{JobType: a.jobType, SucceededSince: a.since, SucceededUntil: a.until}
-		if a.limit != nil {
-			f.Limit = int(*a.limit)
-		}
-		req.Filter = f
+		req.Filter = &replay.Filter{JobType: a.jobType, SucceededSince: a.since, SucceededUntil: a.until, Limit: limit}
 		return req, nil, nil
 	}
 	if a.from == "" {

@@ -254,3 +254,15 @@ func Run[S, R any](ctx context.Context, sp Spec[S, R], onChunk func(Chunk[R]) er
 	}
 	return a.totals, a.byList(ctx)
 }
+
+// Slice yields the sources of an explicit list held in memory, as Spec.List
+// reads a list.
+func Slice[S any](list []S) iter.Seq2[S, error] {
+	return func(yield func(S, error) bool) {
+		for _, s := range list {
+			if !yield(s, nil) {
+				return
+			}
+		}
+	}
+}

@@ -177,7 +177,7 @@ func TestTerminatedBackendIsTransient(t *testing.T) {
 	ctx := context.Background()
 	pid := c.PgConn().PID()
 	var ok bool
-	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1::int)", int32(pid)).Scan(&ok); err != nil || !ok {
 		t.Fatalf("terminate backend: %v, %v", ok, err)
 	}
 	waitGone(t, pool, pid)

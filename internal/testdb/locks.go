@@ -68,12 +68,13 @@ func rowLockedIn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, probe, m
 	return false
 }
 
-// lockWaitersSQL lists the sessions of the current database that wait for
-// a lock not granted: in pg_locks, and on Citus also those whose
-// distributed transaction waits on a worker node (citus_lock_waits, whose
-// global pid is the node id times 10^10 plus the coordinator's pid: a
-// coordinator's pg_locks shows no wait for a lock on a worker's shard).
-func lockWaitersSQL() string {
+// WaitersSQL is a query of one column, pid: the sessions of the current
+// database that wait for a lock not granted, in pg_locks, and on Citus
+// also those whose distributed transaction waits on a worker node
+// (citus_lock_waits, whose global pid is the node id times 10^10 plus the
+// coordinator's pid: a coordinator's pg_locks shows no wait for a lock on
+// a worker's shard). Tests that filter the waiters select from it.
+func WaitersSQL() string {
 	q := `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 	      WHERE NOT l.granted AND a.datname = current_database()`
 	if Citus() {
@@ -83,10 +84,22 @@ func lockWaitersSQL() string {
 }
 
 // LockWaiters returns the pids of the sessions that wait for a lock (see
-// lockWaitersSQL), of the database q is connected to.
+// WaitersSQL), of the database q is connected to.
 func LockWaiters(t testing.TB, q Querier) []int32 {
 	t.Helper()
-	return Column[int32](t, q, lockWaitersSQL())
+	return Column[int32](t, q, WaitersSQL())
+}
+
+// BlockersSQL is a query of one column, pid, with $1 a waiting backend's
+// pid: the backends it waits for (pg_blocking_pids), and on Citus also
+// those its distributed transaction waits for on a worker node.
+func BlockersSQL() string {
+	q := `SELECT b AS pid FROM unnest(pg_blocking_pids($1)) AS b`
+	if Citus() {
+		q += ` UNION SELECT (blocking_gpid % 10000000000)::int FROM citus_lock_waits
+		       WHERE waiting_gpid % 10000000000 = $1`
+	}
+	return q
 }
 
 // Waiting reports whether backend pid waits for a lock; pid 0 means any

@@ -27,6 +27,9 @@ LIMIT $1 FOR UPDATE OF jq SKIP LOCKED`
 // scan in claim order with the due time as a filter reads the whole
 // scheduled backlog.
 func TestClaimReadsOnlyDueJobs(t *testing.T) {
+	if testdb.Citus() {
+		t.Skip("the single-server claim (JobClaim); on Citus the claim goes tenant by tenant (TestCitusRouting)")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -54,7 +57,7 @@ func TestClaimReadsOnlyDueJobs(t *testing.T) {
 	} {
 		testdb.Exec(t, pool, stmt)
 	}
-	pages := func(sql string, args ...any) (int, int) {
+	pages := func(sql string, args ...any) (int, float64) {
 		t.Helper()
 		tx, err := pool.BeginTx(ctx, pgx.TxOptions{})
 		if err != nil {
@@ -75,7 +78,7 @@ func TestClaimReadsOnlyDueJobs(t *testing.T) {
 	}
 	got, rows := pages(claim.Body(), []string{}, int32(10), "w", 30.0)
 	if rows != 5 {
-		t.Fatalf("the claim leased %d jobs, want the 5 due", rows)
+		t.Fatalf("the claim leased %v jobs, want the 5 due", rows)
 	}
 	old, _ := pages(oldClaimScan, 10)
 	t.Logf("the claim read %d pages of the claim index; a scan in claim order reads %d", got, old)
@@ -93,7 +96,7 @@ type bufNode struct {
 	Index string    `json:"Index Name"`
 	Hit   int       `json:"Shared Hit Blocks"`
 	Read  int       `json:"Shared Read Blocks"`
-	Rows  int       `json:"Actual Rows"`
+	Rows  float64   `json:"Actual Rows"` // PostgreSQL 18 prints it with decimals
 	Plans []bufNode `json:"Plans"`
 }
 

@@ -249,7 +249,7 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'
 
 // seedAuditData fills the database with auditJobs jobs and what hangs off
 // them, analyzes it, and returns parameter values that point into it.
-func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditValues {
+func seedAuditData(t testing.TB, ctx context.Context, pool *pgxpool.Pool) auditValues {
 	t.Helper()
 	start := time.Now()
 	for _, stmt := range []string{
@@ -407,6 +407,11 @@ func seedAuditData(t *testing.T, ctx context.Context, pool *pgxpool.Pool) auditV
 		"terminal":             "false",
 		"nextrunat":            "now()",
 		"executionresourcekey": quote("resource-1"),
+		// Compare-and-requeue: a dead-lettered job's observed state.
+		"expectedstatus":   quote("DEAD_LETTERED"),
+		"expectedstatuses": "ARRAY['DEAD_LETTERED']",
+		"resetprogress":    "false",
+		"statepolicy":      quote("preserve_progress_and_checkpoint"),
 	}
 	quoted := make([]string, len(jobIDs))
 	for i, id := range jobIDs {

@@ -10,6 +10,15 @@
 //
 //	go run . [-clients 1,16] [-sources 10000] [-duration 5s] [-warmup 1s] [-rounds 1] [-json]
 //
+// With -workers it runs the worker bench instead (the code behind
+// `runledger bench --workers`): this project's worker runtime and River's
+// Client with a queue and workers, on one throwaway durable server in one
+// run, at their defaults (50 workers) and tuned (1,000 workers), then the
+// ratios runledger/River; `make bench-worker` runs it.
+//
+//	go run . -workers [-worker-jobs 50000] [-worker-default-jobs 5000] [-worker-latency-samples 200]
+//	    [-worker-heartbeat-jobs 200] [-worker-memory-jobs 100000] [-added-rtt 1ms] [-rounds 1] [-json]
+//
 // -database-url (or DATABASE_URL) runs on that database instead of a
 // throwaway server: it is migrated, the bench's rows replaced, and River's
 // tables created and its jobs table emptied.
@@ -20,6 +29,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -42,8 +52,49 @@ func run() int {
 	rounds := fs.Int("rounds", 1, "repeat each run, rotating the order of replay and River")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to run on instead of a throwaway durable server")
+	requeueMode := fs.Bool("requeue", false, "run the requeue comparison instead: requeue.Job beside River's JobRetry of a discarded job, then requeue.Bulk")
+	requeueOps := fs.Int("requeue-ops", 4000, "with -requeue: single operations of each kind")
+	requeueBlocks := fs.Int("requeue-blocks", 8, "with -requeue: alternating blocks the single operations run in")
+	bulkJobs := fs.Int("bulk-jobs", 100_000, "with -requeue: dead-lettered jobs requeue.Bulk requeues")
+	bulkChunk := fs.Int("bulk-chunk", 1000, "with -requeue: jobs per bulk chunk")
+	workers := fs.Bool("workers", false, "run the worker bench (runledger's worker runtime beside River's Client) instead")
+	workerJobs := fs.Int("worker-jobs", 50_000, "-workers: jobs of a tuned throughput run")
+	workerDefaultJobs := fs.Int("worker-default-jobs", 5_000, "-workers: jobs of a throughput run at the defaults")
+	workerSamples := fs.Int("worker-latency-samples", 200, "-workers: jobs of a latency run, one at a time")
+	workerHeartbeat := fs.Int("worker-heartbeat-jobs", 200, "-workers: jobs held while the statements are counted (0 skips)")
+	workerMemory := fs.Int("worker-memory-jobs", 100_000, "-workers: jobs of the memory run (0 skips)")
+	addedRTT := fs.Duration("added-rtt", time.Millisecond, "-workers: latency added per round trip for the proxied throughput runs (0 skips)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *requeueMode {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		if err := runRequeueBench(ctx, *dbURL, *requeueOps, *requeueBlocks, *bulkJobs, *bulkChunk, *asJSON, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "river: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if *workers {
+		if *workerJobs < 1 || *workerDefaultJobs < 1 || *workerSamples < 1 || *workerHeartbeat < 0 || *workerMemory < 0 || *addedRTT < 0 || *rounds < 1 {
+			fmt.Fprintln(os.Stderr, "river: the -worker-* job counts must be positive (heartbeat and memory: not negative), -added-rtt not negative")
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		rep, err := bench.RunWorkers(ctx, bench.WorkerOptions{
+			DatabaseURL: *dbURL,
+			Systems:     []bench.WorkerSystem{bench.RunledgerWorkers(), riverWorkers{}},
+			Jobs:        *workerJobs, DefaultJobs: *workerDefaultJobs, LatencySamples: *workerSamples,
+			HeartbeatJobs: *workerHeartbeat, MemoryJobs: *workerMemory, AddedRTT: *addedRTT, Rounds: *rounds,
+			Progress: os.Stderr,
+		})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "river: %v\n", err)
+			return 1
+		}
+		return report(rep, *asJSON, rep.Text)
 	}
 	opts := bench.Options{
 		DatabaseURL: *dbURL,
@@ -78,7 +129,12 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "river: %v\n", err)
 		return 1
 	}
-	if *asJSON {
+	return report(rep, *asJSON, rep.Text)
+}
+
+// report prints rep as JSON or as text.
+func report(rep any, asJSON bool, text func(io.Writer)) int {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
@@ -87,6 +143,6 @@ func run() int {
 		}
 		return 0
 	}
-	rep.Text(os.Stdout)
+	text(os.Stdout)
 	return 0
 }

@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sort"
+)
+
+// Text prints the worker bench's report: each system's settings, then a
+// table per measure, then the ratios of the first system (runledger) to
+// each other one.
+func (r *WorkerReport) Text(w io.Writer) {
+	fmt.Fprintf(w, "machine: %s, %d cores, %s, %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.GoVersion, r.Machine.PostgreSQL)
+	keys := make([]string, 0, len(r.Settings))
+	for k := range r.Settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s: %s\n", k, r.Settings[k])
+	}
+	var tp, lat, hb, mem []string
+	for _, res := range r.Results {
+		rtt := res.AddedRTT
+		if rtt == "" {
+			rtt = "direct"
+		} else if rtt == "0s" {
+			rtt = "proxy, +0"
+		} else {
+			rtt = "proxy, +" + rtt
+		}
+		switch res.Measure {
+		case MeasureThroughput:
+			tp = append(tp, fmt.Sprintf("%s\t%s\t%s\t%d\t%.2f\t%.0f\t", res.System, res.Config, rtt, res.Jobs, res.Seconds, res.PerSecond))
+		case MeasureLatency:
+			lat = append(lat, fmt.Sprintf("%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t", res.System, res.Config, res.Jobs, res.P50, res.P95, res.P99))
+		case MeasureHeartbeat:
+			per := "-"
+			if res.Intervals > 0 {
+				per = fmt.Sprintf("%.4f", res.PerJobPerInterval)
+			}
+			hb = append(hb, fmt.Sprintf("%s\t%d\t%.2f\t%d\t%.1f\t%s\t%s\t", res.System, res.Jobs, res.Seconds, res.Statements, res.Intervals, per, res.Note))
+		case MeasureMemory:
+			mem = append(mem, fmt.Sprintf("%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t", res.System, res.Jobs, res.Seconds,
+				res.RSSStartMB, res.RSSEndMB, res.HeapStartMB, res.HeapEndMB, res.GoroutinesPre, res.GoroutinesEnd))
+		}
+	}
+	printTable(w, "\n  throughput (trivial jobs inserted beforehand in one batch; from the worker's start to the last completion committed)\n",
+		"system\tconfig\tnetwork\tjobs\tseconds\tjobs/s\t", tp)
+	printTable(w, "\n  pickup latency at a light load (one job at a time; enqueue commit to handler start, ms)\n",
+		"system\tconfig\tjobs\tp50\tp95\tp99\t", lat)
+	printTable(w, "\n  heartbeat overhead (every handler holds its job; statements counted on the wire)\n",
+		"system\tjobs held\tseconds\tstatements\tintervals\tper job per interval\tnote\t", hb)
+	printTable(w, "\n  memory of one worker running the jobs (process RSS and heap in use after a GC, MB; goroutines)\n",
+		"system\tjobs\tseconds\tRSS start\tRSS end\theap start\theap end\tgoroutines start\tgoroutines end\t", mem)
+	r.ratios(w)
+}
+
+// ratios prints, for each system after the first, the first's figures
+// divided by its own.
+func (r *WorkerReport) ratios(w io.Writer) {
+	if len(r.Results) == 0 {
+		return
+	}
+	first := r.Results[0].System
+	find := func(system, config, measure, rtt string) (WorkerResult, bool) {
+		for _, res := range r.Results {
+			if res.System == system && res.Config == config && res.Measure == measure && res.AddedRTT == rtt {
+				return res, true
+			}
+		}
+		return WorkerResult{}, false
+	}
+	var lines []string
+	for _, res := range r.Results {
+		if res.System == first {
+			continue
+		}
+		mine, ok := find(first, res.Config, res.Measure, res.AddedRTT)
+		if !ok {
+			continue
+		}
+		label := res.Config
+		switch res.AddedRTT {
+		case "":
+		case "0s":
+			label += ", proxy +0"
+		default:
+			label += ", proxy +" + res.AddedRTT
+		}
+		switch res.Measure {
+		case MeasureThroughput:
+			if res.PerSecond > 0 {
+				lines = append(lines, fmt.Sprintf("%s / %s\t%s\tthroughput\t%.2fx\t\t", first, res.System, label, mine.PerSecond/res.PerSecond))
+			}
+		case MeasureLatency:
+			if res.P50 > 0 && res.P95 > 0 {
+				lines = append(lines, fmt.Sprintf("%s / %s\t%s\tlatency\t%.2fx\t%.2fx\t", first, res.System, label, mine.P50/res.P50, mine.P95/res.P95))
+			}
+		}
+	}
+	printTable(w, "\n  ratios, same run (throughput: above 1 means "+first+" is faster; latency p50 and p95: below 1 means "+first+" is faster)\n",
+		"systems\tconfig\tmeasure\tratio (p50)\tp95\t", lines)
+}

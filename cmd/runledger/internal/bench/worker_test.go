@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runledger-go/runledger/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// The worker bench runs this project's worker end to end on a small scale:
+// every measure gives a figure, the jobs all complete, and the heartbeat
+// round is one statement for all the jobs held (at most one per job per
+// interval, the target). Speed is not asserted.
+func TestWorkerBenchRunsTheRunledgerWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 10 s")
+	}
+	rep, err := RunWorkers(context.Background(), WorkerOptions{
+		DatabaseURL: testdb.NewURL(t), Systems: []WorkerSystem{RunledgerWorkers()},
+		Jobs: 300, DefaultJobs: 100, LatencySamples: 5, HeartbeatJobs: 20, MemoryJobs: 200, AddedRTT: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]WorkerResult{}
+	for _, r := range rep.Results {
+		got[r.Config+" "+r.Measure+" "+r.AddedRTT] = r
+	}
+	for _, k := range []string{"defaults throughput ", "tuned throughput ", "tuned throughput 0s", "tuned throughput 1ms",
+		"defaults latency ", "tuned latency ", "heartbeat heartbeat ", "tuned memory "} {
+		r, ok := got[k]
+		if !ok {
+			t.Errorf("no result for %q: %+v", k, rep.Results)
+			continue
+		}
+		switch r.Measure {
+		case MeasureThroughput:
+			if r.PerSecond <= 0 {
+				t.Errorf("%s: %+v", k, r)
+			}
+		case MeasureLatency:
+			if r.P50 <= 0 || r.P95 < r.P50 {
+				t.Errorf("%s: %+v", k, r)
+			}
+		case MeasureHeartbeat:
+			if r.Statements < 1 || r.PerJobPerInterval > 1 {
+				t.Errorf("%s: %d statements for %d jobs over %.1f intervals: want at least one, at most one per job per interval", k, r.Statements, r.Jobs, r.Intervals)
+			}
+		case MeasureMemory:
+			if r.RSSEndMB <= 0 || r.GoroutinesEnd <= 0 {
+				t.Errorf("%s: %+v", k, r)
+			}
+		}
+	}
+	var sb strings.Builder
+	rep.Text(&sb)
+	if !strings.Contains(sb.String(), "pickup latency") {
+		t.Errorf("the report lacks the latency table:\n%s", sb.String())
+	}
+}
+
+// The ratios divide the first system's figures by each other system's, on
+// the same configuration and network.
+func TestWorkerReportRatios(t *testing.T) {
+	rep := &WorkerReport{Settings: map[string]string{}, Results: []WorkerResult{
+		{System: "runledger", Config: WorkerTuned, Measure: MeasureThroughput, PerSecond: 3000},
+		{System: "river", Config: WorkerTuned, Measure: MeasureThroughput, PerSecond: 2000},
+		{System: "runledger", Config: WorkerTuned, Measure: MeasureThroughput, AddedRTT: "1ms", PerSecond: 1000},
+		{System: "river", Config: WorkerTuned, Measure: MeasureThroughput, AddedRTT: "1ms", PerSecond: 2000},
+		{System: "runledger", Config: WorkerDefaults, Measure: MeasureLatency, P50: 1, P95: 3},
+		{System: "river", Config: WorkerDefaults, Measure: MeasureLatency, P50: 2, P95: 2},
+	}}
+	var sb strings.Builder
+	rep.Text(&sb)
+	var ratios []string
+	for _, line := range strings.Split(sb.String(), "\n") {
+		if strings.Contains(line, "runledger / river") {
+			ratios = append(ratios, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	want := []string{
+		"runledger / river tuned throughput 1.50x",
+		"runledger / river tuned, proxy +1ms throughput 0.50x",
+		"runledger / river defaults latency 0.50x 1.50x",
+	}
+	if strings.Join(ratios, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ratio lines:\n%s\nwant:\n%s\n%s", strings.Join(ratios, "\n"), strings.Join(want, "\n"), sb.String())
+	}
+}

@@ -1,0 +1,326 @@
+-- Compare-and-requeue: a DEAD_LETTERED or CANCELED job goes back to
+-- PENDING in place (same id, next run). A single requeue sends JobRequeue
+-- and JobGetForRequeueClassification in one pipeline (with BEGIN and
+-- COMMIT when it owns its transaction); a bulk chunk sends
+-- JobRequeueBulk and JobGetForBulkRequeueClassification likewise. Each
+-- statement's guard is in the data, so that it is right on whatever
+-- connection runs it (on Citus, the tenant's worker).
+
+-- JobRequeue locks the job FOR NO KEY UPDATE while it is requeueable as the
+-- caller observed it: in the caller's tenant, at @expected_status
+-- (DEAD_LETTERED or CANCELED) and @expected_run_number, in no workflow
+-- step, and not a CANCELED job whose lease is still live by the database
+-- clock (its worker may still run). A waiter re-checks the conditions on
+-- the newest row. It then advances the job to its next run in place:
+-- PENDING, stage queued, due now, attempt 0; progress and checkpoint kept,
+-- or cleared when @reset_progress; output, lease, heartbeat, worker, start,
+-- finish and last error cleared; status_reason = @reason. Payload,
+-- settings, idempotency key, enqueue request and execution resource key
+-- stay. It writes one REQUEUED event on the job for the run that ended
+-- (attempt NULL when none was made), whose payload records the reason, the
+-- state policy and the requeue kind. No row, nothing locked and nothing
+-- written when the job is not requeueable as observed (a row that matched
+-- the snapshot but changed while this waited for its lock stays locked).
+-- The row returned is the job after the requeue, then (before_*) the
+-- columns the requeue changed as they were before it.
+-- name: JobRequeue :one
+WITH clock AS (
+    SELECT now() AS now
+),
+target AS (
+    SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.status, jq.stage, jq.progress_done,
+           jq.progress_total, jq.progress_pct, jq.checkpoint, jq.output, jq.lease_expires_at, jq.last_heartbeat_at,
+           jq.worker_id, jq.started_at, jq.finished_at, jq.next_run_at, jq.status_reason, jq.last_error_code,
+           jq.last_error_message, jq.updated_at
+    FROM job_queue jq
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = @id
+      AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+      AND jq.status = @expected_status::job_status
+      AND jq.run_number = @expected_run_number
+      AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                      WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
+      AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+    FOR NO KEY UPDATE OF jq
+),
+requeued AS (
+    UPDATE job_queue
+    SET status = 'PENDING',
+        stage = 'queued',
+        progress_done = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_done END)::bigint,
+        progress_total = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_total END)::bigint,
+        checkpoint = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.checkpoint END)::jsonb,
+        output = NULL,
+        run_number = job_queue.run_number + 1,
+        attempt = 0,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        started_at = NULL,
+        finished_at = NULL,
+        next_run_at = clock.now,
+        status_reason = @reason::text,
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM target, clock
+    WHERE job_queue.organization_id = @organization_id
+      AND job_queue.id = target.id
+    RETURNING job_queue.*
+),
+event AS (
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+    SELECT target.organization_id, target.id, target.run_number, NULLIF(target.attempt, 0), 'REQUEUED',
+           jsonb_strip_nulls(jsonb_build_object(
+               'reason', @reason::text,
+               'state_policy', @state_policy::text,
+               'requeue_kind', 'COMPARE_AND_REQUEUE'))
+    FROM target
+    RETURNING id
+)
+SELECT requeued.*,
+       target.status AS before_status,
+       target.stage AS before_stage,
+       target.run_number AS before_run_number,
+       target.attempt AS before_attempt,
+       target.progress_done AS before_progress_done,
+       target.progress_total AS before_progress_total,
+       target.progress_pct AS before_progress_pct,
+       target.checkpoint AS before_checkpoint,
+       target.output AS before_output,
+       target.lease_expires_at AS before_lease_expires_at,
+       target.last_heartbeat_at AS before_last_heartbeat_at,
+       target.worker_id AS before_worker_id,
+       target.started_at AS before_started_at,
+       target.finished_at AS before_finished_at,
+       target.next_run_at AS before_next_run_at,
+       target.status_reason AS before_status_reason,
+       target.last_error_code AS before_last_error_code,
+       target.last_error_message AS before_last_error_message,
+       target.updated_at AS before_updated_at,
+       (SELECT id FROM event)::bigint AS event_id,
+       (SELECT count(*) FROM event) AS event_count
+FROM requeued CROSS JOIN target;
+
+-- JobGetForRequeueClassification reads the job in the caller's tenant
+-- without a lock, after JobRequeue found nothing to requeue, to tell its
+-- outcome: the job's status, run and lease expiry, whether a workflow step
+-- owns it, whether it is a CANCELED job whose lease is still live, and the requeue of
+-- run @expected_run_number if one was made: the reason its REQUEUED event
+-- records and the status that run ended in (its DEAD_LETTERED or CANCELED
+-- event; NULL when it has none). No row when there is no such job in the
+-- tenant.
+-- name: JobGetForRequeueClassification :one
+WITH requeue AS (
+    SELECT (e.payload ->> 'reason')::text AS reason,
+           (SELECT t.event_type::text
+            FROM job_events t
+            WHERE t.organization_id = @organization_id
+              AND t.job_id = @id
+              AND t.run_number = @expected_run_number
+              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
+            ORDER BY t.id DESC
+            LIMIT 1) AS ended_as
+    FROM job_events e
+    WHERE e.organization_id = @organization_id
+      AND e.job_id = @id
+      AND e.run_number = @expected_run_number
+      AND e.event_type::text = 'REQUEUED'
+    ORDER BY e.id
+    LIMIT 1
+)
+SELECT sqlc.embed(job_queue),
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = @organization_id AND ws.job_id = job_queue.id) AS workflow_managed,
+       (job_queue.status = 'CANCELED' AND job_queue.lease_expires_at IS NOT NULL
+        AND job_queue.lease_expires_at > clock_timestamp())::bool AS lease_live,
+       requeue.reason AS requeued_reason,
+       requeue.ended_as AS requeued_from
+FROM job_queue
+LEFT JOIN requeue ON true
+WHERE job_queue.organization_id = @organization_id
+  AND job_queue.id = @id;
+
+-- JobRequeueBulk is JobRequeue for a chunk of jobs (@ids, each with its
+-- @expected_statuses and @expected_run_numbers, no id twice), in one
+-- statement: every job requeueable as observed is locked FOR NO KEY UPDATE,
+-- in id order (so chunks over overlapping jobs, and single requeues, wait
+-- for each other instead of deadlocking), advanced to its next run as
+-- JobRequeue does and given its REQUEUED event. It returns a row per job
+-- requeued, with its new run and the number of events written, for a
+-- check; the others are untouched and unlocked (JobGetForBulkRequeueClassification
+-- tells them apart). Each job's expectation is found by its place in @ids
+-- (array_position), not by joining an unnest of the arrays, which Citus
+-- cannot plan beside the row lock.
+-- name: JobRequeueBulk :many
+WITH clock AS (
+    SELECT now() AS now
+),
+target AS MATERIALIZED (
+    SELECT jq.organization_id, jq.id, jq.run_number, jq.attempt
+    FROM job_queue jq
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = ANY(@ids::uuid[])
+      AND jq.run_number = (@expected_run_numbers::int[])[array_position(@ids::uuid[], jq.id)]
+      AND jq.status::text = (@expected_statuses::text[])[array_position(@ids::uuid[], jq.id)]
+      AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+      AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())
+      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                      WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
+      AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
+requeued AS (
+    UPDATE job_queue
+    SET status = 'PENDING',
+        stage = 'queued',
+        progress_done = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_done END)::bigint,
+        progress_total = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_total END)::bigint,
+        checkpoint = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.checkpoint END)::jsonb,
+        output = NULL,
+        run_number = job_queue.run_number + 1,
+        attempt = 0,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        started_at = NULL,
+        finished_at = NULL,
+        next_run_at = clock.now,
+        status_reason = @reason::text,
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM target, clock
+    WHERE job_queue.organization_id = @organization_id
+      AND job_queue.id = target.id
+    RETURNING job_queue.id, job_queue.run_number, job_queue.status, job_queue.job_type
+),
+event AS (
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+    SELECT target.organization_id, target.id, target.run_number, NULLIF(target.attempt, 0), 'REQUEUED',
+           jsonb_strip_nulls(jsonb_build_object(
+               'reason', @reason::text,
+               'state_policy', @state_policy::text,
+               'requeue_kind', 'COMPARE_AND_REQUEUE'))
+    FROM target
+    ORDER BY target.id
+    RETURNING id
+)
+SELECT requeued.id,
+       requeued.run_number,
+       requeued.status,
+       requeued.job_type,
+       (SELECT count(*) FROM event) AS event_count
+FROM requeued;
+
+-- JobGetForBulkRequeueClassification reads, without any lock, the jobs of
+-- a chunk that JobRequeueBulk did not requeue (@ids with the
+-- @expected_statuses and @expected_run_numbers observed), in the caller's
+-- tenant: a job it returns no row for is not found; the others are told
+-- apart as JobGetForRequeueClassification does (status, run, workflow
+-- membership, a live canceled lease, and the requeue of the expected run:
+-- its reason and the status the run ended in). A refused job thus leaves
+-- no row lock behind. (The event probes are correlated subqueries, so that
+-- each reads the job's event index once whatever the planner guesses of
+-- the arrays' length.)
+-- name: JobGetForBulkRequeueClassification :many
+WITH input AS (
+    SELECT i.id, (@expected_statuses::text[])[i.ord] AS expected_status,
+           (@expected_run_numbers::int[])[i.ord] AS expected_run_number, i.ord
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+probed AS MATERIALIZED (
+    SELECT input.id, input.ord,
+           (SELECT (e.payload ->> 'reason')::text
+            FROM job_events e
+            WHERE e.organization_id = @organization_id
+              AND e.job_id = input.id
+              AND e.run_number = input.expected_run_number
+              AND e.event_type::text = 'REQUEUED'
+            ORDER BY e.id
+            LIMIT 1)::text AS reason,
+           (SELECT t.event_type::text
+            FROM job_events t
+            WHERE t.organization_id = @organization_id
+              AND t.job_id = input.id
+              AND t.run_number = input.expected_run_number
+              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
+            ORDER BY t.id DESC
+            LIMIT 1)::text AS ended_as
+    FROM input
+),
+requeue AS (
+    SELECT ord, reason, ended_as FROM probed WHERE reason IS NOT NULL
+)
+SELECT jq.id,
+       jq.status,
+       jq.run_number,
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id) AS workflow_managed,
+       (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL
+        AND jq.lease_expires_at > clock_timestamp())::bool AS lease_live,
+       requeue.reason AS requeued_reason,
+       requeue.ended_as AS requeued_from
+FROM probed
+JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = probed.id AND jq.id = ANY(@ids::uuid[])
+LEFT JOIN requeue ON requeue.ord = probed.ord
+ORDER BY probed.ord;
+
+-- JobListFinishedForRequeue selects the next page of a bulk requeue by
+-- filter in one tenant: jobs in @status (DEAD_LETTERED or CANCELED), of
+-- @job_type and with last error @error_code when those are set, finished
+-- in [@since, @until), in finish order then id, after the cursor
+-- (@after_finished_at, @after_id; NULLs for the first page), at most
+-- @max_jobs. A NULL @since is open; a NULL @until is now(), the
+-- transaction's start, returned as selection_until on every row so that
+-- the action pins it and passes it to every later page: jobs that finish
+-- while the action runs (requeued ones that fail again among them) are
+-- never selected. No lock: the chunk locks what it requeues.
+-- name: JobListFinishedForRequeue :many
+SELECT jq.id, jq.status, jq.run_number, jq.finished_at::timestamptz AS finished_at,
+       coalesce(sqlc.narg(until)::timestamptz, now())::timestamptz AS selection_until
+FROM job_queue jq
+WHERE jq.organization_id = @organization_id
+  AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+  AND jq.status = @status::job_status
+  AND (sqlc.narg(job_type)::text IS NULL OR jq.job_type = sqlc.narg(job_type)::text)
+  AND (sqlc.narg(error_code)::text IS NULL OR jq.last_error_code = sqlc.narg(error_code)::text)
+  AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
+  AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
+  AND (jq.finished_at, jq.id) > (coalesce(sqlc.narg(after_finished_at)::timestamptz, '-infinity'),
+                                 coalesce(sqlc.narg(after_id)::uuid, '00000000-0000-0000-0000-000000000000'))
+ORDER BY jq.finished_at, jq.id
+LIMIT @max_jobs;
+
+-- JobCountFinishedForRequeue counts what JobListFinishedForRequeue would
+-- select from the start under the same bounds (a NULL @until is now(), the
+-- transaction's start), at most @max_jobs. No lock.
+-- name: JobCountFinishedForRequeue :one
+SELECT count(*) FROM (
+    SELECT 1
+    FROM job_queue jq
+    WHERE jq.organization_id = @organization_id
+      AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+      AND jq.status = @status::job_status
+      AND (sqlc.narg(job_type)::text IS NULL OR jq.job_type = sqlc.narg(job_type)::text)
+      AND (sqlc.narg(error_code)::text IS NULL OR jq.last_error_code = sqlc.narg(error_code)::text)
+      AND jq.finished_at >= coalesce(sqlc.narg(since)::timestamptz, '-infinity')
+      AND jq.finished_at < coalesce(sqlc.narg(until)::timestamptz, now())
+    LIMIT @max_jobs
+) selected;
+
+-- JobEventListRequeuedForJob returns a job's REQUEUED events, oldest
+-- first, at most @max_events, only when the job is in the caller's tenant:
+-- its requeue history (each event's run is the run that was requeued, its
+-- payload the reason and state policy). No lock. (Here and in the probes
+-- above the event type is compared as text, so that the plan reads the
+-- job's own events, idx_job_events_job_run_id, never the index of every
+-- event of that type.)
+-- name: JobEventListRequeuedForJob :many
+SELECT sqlc.embed(job_events)
+FROM job_events
+WHERE job_events.organization_id = @organization_id
+  AND job_events.job_id = @job_id
+  AND job_events.event_type::text = 'REQUEUED'
+ORDER BY job_events.run_number, job_events.id
+LIMIT @max_events;

@@ -1,0 +1,264 @@
+// Package requeue implements compare-and-requeue: given a job that ended
+// DEAD_LETTERED or CANCELED at a run the caller observed, it puts the job
+// back to PENDING in place (the same id, the next run, attempt 0, due
+// now), keeping or clearing its progress and checkpoint, and records one
+// REQUEUED event with the provenance, all in one transaction. It is the
+// sibling of package replay, which makes a fresh job from a SUCCEEDED one.
+//
+// The compare: the job is requeued only while it is in the caller's
+// scope, in the observed status at the observed run, in no workflow step
+// (job.workflow_requeue_not_supported), and, when CANCELED, once the
+// lease of its canceled attempt has run out by the database clock (until
+// then its worker may still be running it: NotQuiesced, with the time to
+// retry after). A run is requeued at most once: repeating a request (same
+// job, status, run and reason) after it committed returns Existing and
+// writes nothing, and concurrent identical requests serialize on the job
+// row and resolve to one requeue. That needs READ COMMITTED, which both
+// entry points enforce.
+//
+// Locks: a requeue locks the job FOR NO KEY UPDATE (the event's foreign
+// key check, KEY SHARE, composes with it) until the transaction ends.
+// Existing, ExpectationMismatch, NotQuiesced and NotFound lock nothing
+// when found at once; a mismatch found after the locking update waited
+// for another transaction that then changed the job keeps the job locked
+// until the transaction ends (PostgreSQL locks the row's newest version
+// before it re-checks it). Job commits at once, so that lock ends with the
+// call; in JobTx it lasts until the caller's transaction ends.
+//
+// Round trips: every outcome costs one (BEGIN to COMMIT in Job; the SHOW
+// probe of the caller's transaction and then one in JobTx). More only
+// after an error (ROLLBACK) or when the bounded lock loop tries again.
+//
+// Bulk is the same operation for a whole selection of jobs (a list, or a
+// filter on status, type, error code, finish time and scope) under one
+// reason, in chunks of set-based statements, one transaction each; each
+// job gets the verdict Job would give it, and running the same action
+// again requeues only what is missing.
+package requeue
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/db"
+	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/rows"
+	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/wake"
+)
+
+// MaxLockAttempts bounds the lock loop. The loop repeats only when the
+// locking update found nothing to requeue but the unlocked read a moment
+// later saw the job requeueable as observed (the row changed between the
+// two statements); it converges at once in practice. Past the bound the
+// operation fails with job.requeue_target_unstable rather than report a
+// mismatch whose actual state equals the expectation.
+const MaxLockAttempts = 4
+
+const (
+	ownedOperation = "compare-and-requeue"
+	txOperation    = "job compare-and-requeue"
+)
+
+// requeueWakeKey is the wake limiter's key for requeues (see package
+// internal/wake).
+const requeueWakeKey = "\x00requeue"
+
+// Job requeues a job in a READ COMMITTED transaction of its own (whatever
+// the session default), sent with its statements in one round trip. The
+// request is validated before a connection is taken.
+//
+// Every outcome commits; only Requeued with disposition Inserted wrote
+// anything. A statement error rolls back and is returned;
+// job.workflow_requeue_not_supported refuses a job a workflow step owns.
+// A failed COMMIT, or a connection lost after the batch was sent, matches
+// runledger.ErrCommitUnconfirmed: the requeue may or may not have
+// happened; repeat the call with the same request (it then answers
+// Existing if it had). If ctx ends while a statement waits for a lock,
+// the statement is canceled on the server, the transaction rolls back,
+// and the error wraps ctx's error.
+func Job(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := txn.Own(ctx, pool, ownedOperation)
+	if err != nil {
+		return nil, err
+	}
+	defer s.End(ctx)
+	return run(ctx, s, req)
+}
+
+// JobTx requeues a job inside the caller's transaction, which it never
+// commits or rolls back.
+//
+// It validates the request, then refuses any transaction but a read-write
+// READ COMMITTED one (job.compare_and_requeue_unsupported_isolation),
+// since each statement must see what concurrent requeues committed: it
+// asks with SHOW in a round trip of its own, so a refused transaction is
+// refused at once, with no snapshot or lock taken and not aborted. Then
+// one round trip, as Job's. A requeue's lock on the job lasts until the
+// caller's transaction ends (workers skip the job until then). On an
+// error the caller should roll back.
+//
+// When ctx ends while a statement runs, the statement is canceled on the
+// server (the caller's transaction is then aborted: roll it back), and
+// the error wraps ctx's error.
+func JobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	s := txn.Join(tx, txOperation)
+	if err := txn.CheckCallerTx(ctx, s, txOperation, errUnsupportedIsolation); err != nil {
+		return nil, err
+	}
+	return run(ctx, s, req)
+}
+
+var queries = db.New()
+
+// run is the body shared by both entry points: the bounded lock loop, one
+// round trip per attempt.
+func run(ctx context.Context, s *txn.Session, req Request) (Outcome, error) {
+	for attempt := 1; attempt <= MaxLockAttempts; attempt++ {
+		a, err := sendAttempt(ctx, s, req, attempt)
+		if err != nil {
+			return nil, err
+		}
+		out, retry, err := decide(req, a)
+		if !retry {
+			return out, err
+		}
+		// Requeueable to the classification read but not when the locking
+		// update ran (the row changed between the two): try again.
+	}
+	return nil, errTargetUnstable.Newf("job %s stayed requeueable to the unlocked read but not to the locking update after %d attempts",
+		req.JobID, MaxLockAttempts)
+}
+
+// attempt holds the results of one attempt's statements.
+type attempt struct {
+	requeue  *txn.Step[db.JobRequeueRow]
+	classify *txn.Step[db.JobGetForRequeueClassificationRow]
+}
+
+// sendAttempt sends one attempt in one round trip: [BEGIN READ
+// COMMITTED,] the locking update with its event, the classification read,
+// the workers' wake-up[, COMMIT]. Both statements always run; each one's
+// guard is in the data. The classification read takes its snapshot after
+// the update finished (lock waits included), so it sees what a concurrent
+// requeue of the same job committed.
+func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*attempt, error) {
+	a := &attempt{}
+	org := rows.Tenant(req.Scope)
+	notify := wake.Due(requeueWakeKey)
+	b := s.Batch(ctx)
+	a.requeue = txn.Queue(b, "requeue job", func(q db.DBTX) (db.JobRequeueRow, error) {
+		return queries.JobRequeue(ctx, q, db.JobRequeueParams{
+			OrganizationID: org, ID: req.JobID, ExpectedStatus: db.JobStatus(req.ExpectedStatus),
+			ExpectedRunNumber: req.ExpectedRunNumber, ResetProgress: req.StatePolicy == ResetProgress,
+			Reason: req.Reason, StatePolicy: req.StatePolicy.String(),
+		})
+	})
+	call := failpointCall{JobID: req.JobID, Attempt: n}
+	b.PointIf(fpAfterLockMiss, call, func() bool { return !a.requeue.Row() })
+	a.classify = txn.Queue(b, "read job requeue mismatch", func(q db.DBTX) (db.JobGetForRequeueClassificationRow, error) {
+		return queries.JobGetForRequeueClassification(ctx, q, db.JobGetForRequeueClassificationParams{
+			OrganizationID: org, ID: req.JobID, ExpectedRunNumber: req.ExpectedRunNumber,
+		})
+	})
+	b.PointIf(fpAfterClassification, call, func() bool { return !a.requeue.Row() })
+	if notify {
+		wake.Queue(ctx, b, "")
+	}
+	b.PointIf(fpAfterRequeue, call, func() bool { return a.requeue.Row() })
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// decide turns an attempt's results into the outcome, or asks for another
+// attempt. It checks the invariants the statements promise.
+func decide(req Request, a *attempt) (out Outcome, retry bool, err error) {
+	if a.requeue.Row() {
+		out, err := requeued(req, a.requeue.Val)
+		return out, false, err
+	}
+	if !a.classify.Row() {
+		return NotFound{}, false, nil
+	}
+	c := a.classify.Val
+	job, err := rows.Job(c.JobQueue)
+	if err != nil {
+		return nil, false, err
+	}
+	if string(job.Status) == string(req.ExpectedStatus) && job.RunNumber == req.ExpectedRunNumber {
+		switch {
+		case c.WorkflowManaged:
+			return nil, false, errs.WorkflowManaged.Newf("job %s is owned by a workflow step: workflow managed job requeue is not supported", req.JobID)
+		case c.LeaseLive:
+			if job.LeaseExpiresAt == nil {
+				return nil, false, errs.Invariant("canceled job with a live lease has no lease expiry")
+			}
+			return NotQuiesced{Actual: job, RetryAfter: *job.LeaseExpiresAt}, false, nil
+		}
+		return nil, true, nil
+	}
+	if c.RequeuedReason != nil && *c.RequeuedReason == req.Reason &&
+		(c.RequeuedFrom == nil || *c.RequeuedFrom == string(req.ExpectedStatus)) {
+		if job.RunNumber <= req.ExpectedRunNumber {
+			return nil, false, errs.Invariantf("job %s has a REQUEUED event for run %d but is at run %d", req.JobID, req.ExpectedRunNumber, job.RunNumber)
+		}
+		return Requeued{Disposition: runledger.DispositionExisting, After: job}, false, nil
+	}
+	return ExpectationMismatch{Actual: job}, false, nil
+}
+
+// requeued checks the locking update's row of an attempt that requeued
+// and builds the job before and after it.
+func requeued(req Request, row db.JobRequeueRow) (Outcome, error) {
+	after, err := rows.Job(db.JobQueue{
+		ID: row.ID, JobType: row.JobType, OrganizationID: row.OrganizationID, Payload: row.Payload, Status: row.Status,
+		Priority: row.Priority, RunNumber: row.RunNumber, Attempt: row.Attempt, MaxAttempts: row.MaxAttempts,
+		TimeoutSeconds: row.TimeoutSeconds, NextRunAt: row.NextRunAt, LeaseExpiresAt: row.LeaseExpiresAt,
+		LastHeartbeatAt: row.LastHeartbeatAt, WorkerID: row.WorkerID, StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
+		Stage: row.Stage, ProgressDone: row.ProgressDone, ProgressTotal: row.ProgressTotal, ProgressPct: row.ProgressPct,
+		Checkpoint: row.Checkpoint, IdempotencyKey: row.IdempotencyKey, StatusReason: row.StatusReason,
+		LastErrorCode: row.LastErrorCode, LastErrorMessage: row.LastErrorMessage, CreatedAt: row.CreatedAt,
+		UpdatedAt: row.UpdatedAt, EnqueueRequest: row.EnqueueRequest, Output: row.Output, ExecutionResourceKey: row.ExecutionResourceKey,
+	})
+	if err != nil {
+		return nil, err
+	}
+	before, err := rows.Job(db.JobQueue{
+		ID: row.ID, JobType: row.JobType, OrganizationID: row.OrganizationID, Payload: row.Payload, Status: row.BeforeStatus,
+		Priority: row.Priority, RunNumber: row.BeforeRunNumber, Attempt: row.BeforeAttempt, MaxAttempts: row.MaxAttempts,
+		TimeoutSeconds: row.TimeoutSeconds, NextRunAt: row.BeforeNextRunAt, LeaseExpiresAt: row.BeforeLeaseExpiresAt,
+		LastHeartbeatAt: row.BeforeLastHeartbeatAt, WorkerID: row.BeforeWorkerID, StartedAt: row.BeforeStartedAt,
+		FinishedAt: row.BeforeFinishedAt, Stage: row.BeforeStage, ProgressDone: row.BeforeProgressDone,
+		ProgressTotal: row.BeforeProgressTotal, ProgressPct: row.BeforeProgressPct, Checkpoint: row.BeforeCheckpoint,
+		IdempotencyKey: row.IdempotencyKey, StatusReason: row.BeforeStatusReason, LastErrorCode: row.BeforeLastErrorCode,
+		LastErrorMessage: row.BeforeLastErrorMessage, CreatedAt: row.CreatedAt, UpdatedAt: row.BeforeUpdatedAt,
+		Output: row.BeforeOutput, ExecutionResourceKey: row.ExecutionResourceKey,
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case after.ID != req.JobID:
+		return nil, errs.Invariant("requeue returned another job than requested")
+	case string(before.Status) != string(req.ExpectedStatus) || before.RunNumber != req.ExpectedRunNumber:
+		return nil, errs.Invariantf("requeue locked a job %s at run %d, want %s at run %d", before.Status, before.RunNumber, req.ExpectedStatus, req.ExpectedRunNumber)
+	case after.Status != runledger.JobStatusPending || after.RunNumber != req.ExpectedRunNumber+1 || after.Attempt != 0:
+		return nil, errs.Invariantf("requeued job is %s at run %d attempt %d, want PENDING at run %d attempt 0", after.Status, after.RunNumber, after.Attempt, req.ExpectedRunNumber+1)
+	case row.EventCount != 1:
+		return nil, errs.Invariantf("requeue wrote %d events, want 1", row.EventCount)
+	}
+	id := row.EventID
+	return Requeued{Disposition: runledger.DispositionInserted, Before: &before, After: after, EventID: &id}, nil
+}
