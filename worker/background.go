@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -185,6 +186,29 @@ func (r *run) recoverLeases(ctx context.Context) {
 			}
 		}
 		if !sleep(ctx.Done(), r.cfg.RecoveryInterval) {
+			return
+		}
+	}
+}
+
+// prune runs the scheduled prune at start and every retention interval
+// until ctx ends: the jobs that finished more than the retention ago, over
+// every tenant, unless another worker's prune is running.
+func (r *run) prune(ctx context.Context) {
+	for {
+		req := health.PruneRequest{FinishedBefore: time.Now().Add(-r.cfg.Retention), BatchSize: r.cfg.RetentionBatch}
+		res, ran, err := health.TryPrune(ctx, r.pool, req)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("runledger worker: scheduled prune failed", "worker_id", r.cfg.WorkerID, "deleted_jobs", res.DeletedJobs, "err", err)
+		case ran && res.DeletedJobs > 0:
+			r.log.Info("runledger worker: pruned finished jobs", "worker_id", r.cfg.WorkerID, "deleted_jobs", res.DeletedJobs,
+				"deleted_events", res.DeletedEvents, "kept_for_lineage", res.KeptForLineage, "skipped", res.Skipped)
+		}
+		if r.cfg.OnPruned != nil && ran && err == nil {
+			r.cfg.OnPruned(res)
+		}
+		if !sleep(ctx.Done(), r.cfg.RetentionInterval) {
 			return
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -18,6 +19,9 @@ const (
 	DefaultPollInterval     = time.Second
 	DefaultShutdownTimeout  = 30 * time.Second
 	DefaultRecoveryInterval = 10 * time.Second
+	// DefaultRetentionInterval is how often a worker with a Retention
+	// tries to prune.
+	DefaultRetentionInterval = time.Hour
 )
 
 // maxClaim is the most jobs one claim asks for (jobs.MaxLimit).
@@ -57,6 +61,24 @@ type Config struct {
 	// across all workers and processes. Negative: this worker never
 	// recovers.
 	RecoveryInterval time.Duration
+	// Retention, when positive, turns on the scheduled prune: every
+	// RetentionInterval (and at start) the worker deletes the jobs that
+	// finished more than Retention ago, with health.Prune over every
+	// tenant (lineage families kept whole, workflow-owned jobs kept). One
+	// prune runs at a time across all workers and processes
+	// (health.TryPrune); it uses a second connection of the pool beside
+	// the one holding its lock. Zero (the default) never prunes; negative
+	// is refused.
+	Retention time.Duration
+	// RetentionInterval is how often the scheduled prune runs (default
+	// DefaultRetentionInterval); only used with a Retention.
+	RetentionInterval time.Duration
+	// RetentionBatch is the scheduled prune's batch size (default
+	// health.DefaultPruneBatch).
+	RetentionBatch int
+	// OnPruned, when set, is called after each scheduled prune this worker
+	// ran to its end, with its result.
+	OnPruned func(health.PruneResult)
 	// DisableListen turns the LISTEN/NOTIFY wake-up off: the worker then
 	// finds new jobs by polling only.
 	DisableListen bool
@@ -100,6 +122,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RecoveryInterval == 0 {
 		c.RecoveryInterval = DefaultRecoveryInterval
 	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = DefaultRetentionInterval
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -112,6 +137,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: HeartbeatInterval %s must be positive and shorter than the lease %s", errConfig, c.HeartbeatInterval, c.Lease)
 	case c.PollInterval < 0:
 		return c, fmt.Errorf("%w: PollInterval %s is negative", errConfig, c.PollInterval)
+	case c.Retention < 0:
+		return c, fmt.Errorf("%w: Retention %s is negative", errConfig, c.Retention)
+	case c.RetentionInterval < 0:
+		return c, fmt.Errorf("%w: RetentionInterval %s is negative", errConfig, c.RetentionInterval)
+	case c.RetentionBatch < 0 || c.RetentionBatch > health.MaxPruneBatch:
+		return c, fmt.Errorf("%w: RetentionBatch %d is not between 0 and %d", errConfig, c.RetentionBatch, health.MaxPruneBatch)
 	case c.ShutdownTimeout < 0:
 		return c, fmt.Errorf("%w: ShutdownTimeout %s is negative", errConfig, c.ShutdownTimeout)
 	}

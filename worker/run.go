@@ -150,6 +150,10 @@ func (r *run) run(ctx context.Context) error {
 		bg.Add(1)
 		go func() { defer bg.Done(); r.recoverLeases(ctx) }()
 	}
+	if r.cfg.Retention > 0 {
+		bg.Add(1)
+		go func() { defer bg.Done(); r.prune(ctx) }()
+	}
 	go func() { defer close(fetched); r.fetch(ctx.Done()) }()
 
 	<-ctx.Done()

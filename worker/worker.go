@@ -28,6 +28,9 @@
 //     Config.OnFinished hears each outcome after its commit.
 //   - Recovers expired leases of crashed workers every
 //     Config.RecoveryInterval (one recovery at a time across processes).
+//   - With a Config.Retention, prunes the jobs that finished longer ago
+//     every Config.RetentionInterval (health.TryPrune: one prune at a time
+//     across processes; off by default).
 //
 // # Shutdown
 //

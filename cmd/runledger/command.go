@@ -41,6 +41,8 @@ var commands = []*command{
 	jobsShowCmd,
 	demoCmd,
 	benchCmd,
+	statsCmd,
+	pruneCmd,
 }
 
 // groups describes the first word of multi-word commands ("migrate up"):

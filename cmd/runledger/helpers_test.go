@@ -60,6 +60,9 @@ var cliTests = []struct {
 	{"DemoKeepUntilSignal", testDemoKeep},
 	{"DemoWithoutPostgreSQL", testDemoWithoutPostgreSQL},
 	{"DemoStepFails", testDemoStepFails},
+	{"Stats", testStats},
+	{"Prune", testPrune},
+	{"PruneKilled", testPruneKilled},
 }
 
 func TestCLI(t *testing.T) {

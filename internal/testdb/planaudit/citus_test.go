@@ -27,6 +27,8 @@ var (
 		"JobListByTypeAndStatus":          "operator listing across scopes",
 		"JobEventListRecentByType":        "operator listing across scopes",
 		"JobResourceClaimDeleteReleased":  "recovery's purge of released resource claims",
+		"JobStatsAll":                     "queue stats across scopes (an operator's view)",
+		"JobPruneListTenants":             "a prune across scopes finds its tenants, then prunes tenant by tenant",
 	}
 	// singleServer statements lock rows of every tenant in one statement,
 	// which Citus refuses; on Citus the library runs their tenant-by-tenant

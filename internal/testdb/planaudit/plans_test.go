@@ -320,7 +320,9 @@ func seedAuditData(t testing.TB, ctx context.Context, pool *pgxpool.Pool) auditV
 		 FROM (SELECT DISTINCT ON (organization_id, execution_resource_key) organization_id, id, run_number, execution_resource_key,
 		              row_number() OVER (ORDER BY id) AS r
 		       FROM job_queue WHERE execution_resource_key IS NOT NULL ORDER BY organization_id, execution_resource_key, id) k`,
-		`ANALYZE`,
+		// VACUUM too, as autovacuum would: index-only scans count the
+		// visibility map.
+		`VACUUM ANALYZE`,
 	} {
 		if _, err := pool.Exec(ctx, stmt); err != nil {
 			t.Fatalf("seed: %v\n%s", err, stmt)
@@ -433,5 +435,12 @@ func seedAuditData(t testing.TB, ctx context.Context, pool *pgxpool.Pool) auditV
 	v["until"] = "now()"
 	v["afterfinishedat"] = "now() - interval '30 minutes'"
 	v["afterid"] = quote(sourceID.String())
+	// Queue health and retention: the stats window, a prune's cutoff,
+	// statuses, batch and a batch's families.
+	v["windowseconds"] = "3600"
+	v["cutoff"] = "now() - interval '13 hours'"
+	v["statuses"] = "ARRAY['SUCCEEDED', 'DEAD_LETTERED', 'CANCELED']"
+	v["batchsize"] = "1000"
+	v["families"] = v["jobids"]
 	return v
 }
