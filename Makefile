@@ -55,7 +55,7 @@ test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIO
 # gives each test a distributed database cloned from the migrated template.
 # The template build refuses a schema that leaves tables local to the
 # coordinator, so the suites fail until the schema distributes (issue 18).
-CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/pgcitus/
+CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./health/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/planaudit/ ./internal/testdb/pgcitus/
 CITUS_FLAGS    ?=
 
 .PHONY: citus-binaries
