@@ -197,6 +197,14 @@ func (e *env) waitingPID(app, locktype string) int32 {
 	e.t.Helper()
 	var pid int32
 	e.waitFor(app+" to wait for a lock", func() bool {
+		if testdb.Citus() {
+			// The wait is on a worker node, where citus_lock_waits does
+			// not say on what kind of lock.
+			pid = testdb.Scalar[int32](e.t, e.admin, `
+				SELECT coalesce(min(w.pid), 0) FROM (`+testdb.WaitersSQL()+`) w JOIN pg_stat_activity a USING (pid)
+				WHERE a.application_name = $1`, app)
+			return pid != 0
+		}
 		pid = testdb.Scalar[int32](e.t, e.admin, `
 			SELECT coalesce(min(l.pid), 0) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 			WHERE a.application_name = $1 AND NOT l.granted AND ($2 = '' OR l.locktype = $2)`, app, locktype)
