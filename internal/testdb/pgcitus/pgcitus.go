@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
@@ -344,11 +345,33 @@ func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
 		return fmt.Errorf("pgcitus: drop database %s: refuse connections: %w", name, err)
 	}
 	for _, group := range [][]*node{c.nodes[:1], c.nodes[1:]} {
-		if err := c.exec(ctx, group, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+		if err := c.dropOn(ctx, group, name); err != nil {
 			return fmt.Errorf("pgcitus: drop database %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// dropOn drops database name on nodes. WITH (FORCE) terminates the
+// sessions but gives up (55006) when one has not exited within five
+// seconds, which a loaded machine sees now and then (Citus's
+// maintenance daemon of the database, a worker's connection from the
+// coordinator): the drop is tried again, up to four times in all.
+func (c *Cluster) dropOn(ctx context.Context, nodes []*node, name string) error {
+	var err error
+	for attempt := 1; attempt <= 4; attempt++ {
+		err = c.exec(ctx, nodes, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 250 * time.Millisecond):
+		}
+	}
+	return err
 }
 
 // setUp creates the citus extension in database dbname on every node (if
