@@ -44,6 +44,9 @@ func TestReplayBlockedOnTheSourceHonoursDeadlinesAndTimeouts(t *testing.T) {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			if c.sqlstate == "55P03" && testdb.Citus() {
+				t.Skip("on Citus the lock wait is on a worker node, which the coordinator session's lock_timeout does not reach (docs/SCALING.md)")
+			}
 			ctx := testdb.Context(t)
 			e := newEnv(t)
 			sourceID := testdb.Seed(t, e.admin, testdb.Succeeded(runledger.Global()))
