@@ -12,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
+	"github.com/runledger-go/runledger/requeue"
 )
 
 // execModes are every pgx exec mode: the statement caches, describe then
@@ -240,6 +242,48 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 			}
 			if sum, err := replay.Bulk(ctx, pool, filter, nil); err != nil || sum.Inserted != 2 {
 				t.Fatalf("bulk by filter: %+v, %v", sum, err)
+			}
+
+			// Requeue: the dead-lettered job, its idempotent retry in a
+			// caller's transaction, the canceled one (its lease still live)
+			// by list, and a filter.
+			rq := requeue.Request{Scope: org, JobID: leased[3].ID, ExpectedStatus: requeue.DeadLettered, ExpectedRunNumber: 1, Reason: "provider back"}
+			if out, err := requeue.Job(ctx, pool, rq); err != nil {
+				t.Fatalf("requeue: %v", err)
+			} else if r, ok := out.(requeue.Requeued); !ok || r.Disposition != runledger.DispositionInserted {
+				t.Fatalf("requeue: %T %+v, want inserted", out, out)
+			}
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				out, err := requeue.JobTx(ctx, tx, rq)
+				if r, ok := out.(requeue.Requeued); err == nil && (!ok || r.Disposition != runledger.DispositionExisting) {
+					t.Errorf("requeue retry in a transaction: %T %+v, want existing", out, out)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("requeue in a transaction: %v", err)
+			}
+			rsum, err := requeue.Bulk(ctx, pool, requeue.BulkRequest{Scope: org, Reason: "r",
+				Sources: []requeue.Source{{JobID: leased[4].ID, ExpectedStatus: requeue.Canceled, ExpectedRunNumber: 1}}}, nil)
+			if err != nil || rsum.Selected != 1 || rsum.NotQuiesced != 1 {
+				t.Fatalf("bulk requeue by list: %+v, %v", rsum, err)
+			}
+			if _, err := requeue.Bulk(ctx, pool, requeue.BulkRequest{Scope: org, Reason: "r",
+				Filter: &requeue.Filter{Status: requeue.DeadLettered, JobType: jobType}}, nil); err != nil {
+				t.Fatalf("bulk requeue by filter: %v", err)
+			}
+
+			// Queue health: the stats, then a prune of every finished job
+			// (dry run first).
+			if st, err := health.GetStats(ctx, pool, health.StatsRequest{Scope: &scope}); err != nil || len(st.Types) == 0 {
+				t.Fatalf("stats: %+v, %v", st, err)
+			}
+			cutoff := time.Now().Add(time.Hour)
+			if _, err := health.Prune(ctx, pool, health.PruneRequest{Scope: &scope, FinishedBefore: cutoff, DryRun: true}); err != nil {
+				t.Fatalf("prune dry run: %v", err)
+			}
+			if _, err := health.Prune(ctx, pool, health.PruneRequest{Scope: &scope, FinishedBefore: cutoff}); err != nil {
+				t.Fatalf("prune: %v", err)
 			}
 		})
 	}
