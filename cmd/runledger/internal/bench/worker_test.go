@@ -43,7 +43,10 @@ func TestWorkerBenchRunsTheRunledgerWorker(t *testing.T) {
 				t.Errorf("%s: %+v", k, r)
 			}
 		case MeasureLatency:
-			if r.P50 <= 0 || r.P95 < r.P50 {
+			// A pickup can start before the enqueue's reply reaches the
+			// client (it is counted as 0), so a loaded machine may see
+			// zeros; every sample must be there, in order.
+			if r.Jobs != 5 || r.P50 < 0 || r.P95 < r.P50 {
 				t.Errorf("%s: %+v", k, r)
 			}
 		case MeasureHeartbeat:
