@@ -107,9 +107,10 @@ func TestStatsCostFollowsLiveQueue(t *testing.T) {
 		name       string
 		small, big int
 	}{{"JobStatsAll", small.all, big.all}, {"JobStatsTenant", small.tenant, big.tenant}} {
-		// A few pages may come or go with the plan's choice of index; a
-		// cost that followed the history would grow with the control.
-		if c.big-c.small > max(50, c.small/5) || 20*c.big > big.control {
+		// Some pages may come or go with the plan's choice of index (up to
+		// 55 seen on 15.18); a cost that followed the history would grow
+		// with the control, by thousands.
+		if c.big-c.small > max(150, c.small/5) || 20*c.big > big.control {
 			t.Errorf("%s read %d pages, then %d with five times the history (the control %d): its cost follows the history",
 				c.name, c.small, c.big, big.control)
 		}
