@@ -200,7 +200,10 @@ func FuzzJob(f *testing.F) {
 		if has(0) {
 			o := id
 			o[0] ^= 0xff
-			org, stored = &o, o
+			stored = o
+			if o != uuid.Nil { // the nil UUID is the global scope: no organization
+				org = &o
+			}
 		}
 		var pct *float64
 		if has(1) {
