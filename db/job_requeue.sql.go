@@ -219,102 +219,6 @@ func (q *Queries) JobGetForBulkRequeueClassification(ctx context.Context, db DBT
 	return items, nil
 }
 
-const jobGetForRequeueClassification = `-- name: JobGetForRequeueClassification :one
-WITH requeue AS (
-    SELECT (e.payload ->> 'reason')::text AS reason,
-           (SELECT t.event_type::text
-            FROM job_events t
-            WHERE t.organization_id = $1
-              AND t.job_id = $2
-              AND t.run_number = $3
-              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
-            ORDER BY t.id DESC
-            LIMIT 1) AS ended_as
-    FROM job_events e
-    WHERE e.organization_id = $1
-      AND e.job_id = $2
-      AND e.run_number = $3
-      AND e.event_type::text = 'REQUEUED'
-    ORDER BY e.id
-    LIMIT 1
-)
-SELECT job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
-       EXISTS (SELECT 1 FROM workflow_steps ws
-               WHERE ws.organization_id = $1 AND ws.job_id = job_queue.id) AS workflow_managed,
-       (job_queue.status = 'CANCELED' AND job_queue.lease_expires_at IS NOT NULL
-        AND job_queue.lease_expires_at > clock_timestamp())::bool AS lease_live,
-       requeue.reason AS requeued_reason,
-       requeue.ended_as AS requeued_from
-FROM job_queue
-LEFT JOIN requeue ON true
-WHERE job_queue.organization_id = $1
-  AND job_queue.id = $2
-`
-
-type JobGetForRequeueClassificationParams struct {
-	OrganizationID    uuid.UUID
-	ID                uuid.UUID
-	ExpectedRunNumber int32
-}
-
-type JobGetForRequeueClassificationRow struct {
-	JobQueue        JobQueue
-	WorkflowManaged bool
-	LeaseLive       bool
-	RequeuedReason  *string
-	RequeuedFrom    *string
-}
-
-// JobGetForRequeueClassification reads the job in the caller's tenant
-// without a lock, after JobRequeue found nothing to requeue, to tell its
-// outcome: the job's status, run and lease expiry, whether a workflow step
-// owns it, whether it is a CANCELED job whose lease is still live, and the requeue of
-// run @expected_run_number if one was made: the reason its REQUEUED event
-// records and the status that run ended in (its DEAD_LETTERED or CANCELED
-// event; NULL when it has none). No row when there is no such job in the
-// tenant.
-func (q *Queries) JobGetForRequeueClassification(ctx context.Context, db DBTX, arg JobGetForRequeueClassificationParams) (JobGetForRequeueClassificationRow, error) {
-	row := db.QueryRow(ctx, jobGetForRequeueClassification, arg.OrganizationID, arg.ID, arg.ExpectedRunNumber)
-	var i JobGetForRequeueClassificationRow
-	err := row.Scan(
-		&i.JobQueue.ID,
-		&i.JobQueue.JobType,
-		&i.JobQueue.OrganizationID,
-		&i.JobQueue.Payload,
-		&i.JobQueue.Status,
-		&i.JobQueue.Priority,
-		&i.JobQueue.RunNumber,
-		&i.JobQueue.Attempt,
-		&i.JobQueue.MaxAttempts,
-		&i.JobQueue.TimeoutSeconds,
-		&i.JobQueue.NextRunAt,
-		&i.JobQueue.LeaseExpiresAt,
-		&i.JobQueue.LastHeartbeatAt,
-		&i.JobQueue.WorkerID,
-		&i.JobQueue.StartedAt,
-		&i.JobQueue.FinishedAt,
-		&i.JobQueue.Stage,
-		&i.JobQueue.ProgressDone,
-		&i.JobQueue.ProgressTotal,
-		&i.JobQueue.ProgressPct,
-		&i.JobQueue.Checkpoint,
-		&i.JobQueue.IdempotencyKey,
-		&i.JobQueue.StatusReason,
-		&i.JobQueue.LastErrorCode,
-		&i.JobQueue.LastErrorMessage,
-		&i.JobQueue.CreatedAt,
-		&i.JobQueue.UpdatedAt,
-		&i.JobQueue.EnqueueRequest,
-		&i.JobQueue.Output,
-		&i.JobQueue.ExecutionResourceKey,
-		&i.WorkflowManaged,
-		&i.LeaseLive,
-		&i.RequeuedReason,
-		&i.RequeuedFrom,
-	)
-	return i, err
-}
-
 const jobListFinishedForRequeue = `-- name: JobListFinishedForRequeue :many
 SELECT jq.id, jq.status, jq.run_number, jq.finished_at::timestamptz AS finished_at,
        coalesce($1::timestamptz, now())::timestamptz AS selection_until
@@ -453,8 +357,27 @@ event AS (
                'requeue_kind', 'COMPARE_AND_REQUEUE'))
     FROM target
     RETURNING id
+),
+earlier AS (
+    SELECT (e.payload ->> 'reason')::text AS reason,
+           (SELECT t.event_type::text
+            FROM job_events t
+            WHERE t.organization_id = $1
+              AND t.job_id = $2
+              AND t.run_number = $4
+              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
+            ORDER BY t.id DESC
+            LIMIT 1) AS ended_as
+    FROM job_events e
+    WHERE e.organization_id = $1
+      AND e.job_id = $2
+      AND e.run_number = $4
+      AND e.event_type::text = 'REQUEUED'
+    ORDER BY e.id
+    LIMIT 1
 )
-SELECT requeued.id, requeued.job_type, requeued.organization_id, requeued.payload, requeued.status, requeued.priority, requeued.run_number, requeued.attempt, requeued.max_attempts, requeued.timeout_seconds, requeued.next_run_at, requeued.lease_expires_at, requeued.last_heartbeat_at, requeued.worker_id, requeued.started_at, requeued.finished_at, requeued.stage, requeued.progress_done, requeued.progress_total, requeued.progress_pct, requeued.checkpoint, requeued.idempotency_key, requeued.status_reason, requeued.last_error_code, requeued.last_error_message, requeued.created_at, requeued.updated_at, requeued.enqueue_request, requeued.output, requeued.execution_resource_key,
+SELECT true AS requeued,
+       requeued.id, requeued.job_type, requeued.organization_id, requeued.payload, requeued.status, requeued.priority, requeued.run_number, requeued.attempt, requeued.max_attempts, requeued.timeout_seconds, requeued.next_run_at, requeued.lease_expires_at, requeued.last_heartbeat_at, requeued.worker_id, requeued.started_at, requeued.finished_at, requeued.stage, requeued.progress_done, requeued.progress_total, requeued.progress_pct, requeued.checkpoint, requeued.idempotency_key, requeued.status_reason, requeued.last_error_code, requeued.last_error_message, requeued.created_at, requeued.updated_at, requeued.enqueue_request, requeued.output, requeued.execution_resource_key,
        target.status AS before_status,
        target.stage AS before_stage,
        target.run_number AS before_run_number,
@@ -475,8 +398,30 @@ SELECT requeued.id, requeued.job_type, requeued.organization_id, requeued.payloa
        target.last_error_message AS before_last_error_message,
        target.updated_at AS before_updated_at,
        (SELECT id FROM event)::bigint AS event_id,
-       (SELECT count(*) FROM event) AS event_count
+       (SELECT count(*) FROM event) AS event_count,
+       false AS workflow_managed,
+       false AS lease_live,
+       NULL::text AS requeued_reason,
+       NULL::text AS requeued_from
 FROM requeued CROSS JOIN target
+UNION ALL
+SELECT false,
+       jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key,
+       jq.status, jq.stage, jq.run_number, jq.attempt, jq.progress_done, jq.progress_total, jq.progress_pct,
+       jq.checkpoint, jq.output, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at,
+       jq.finished_at, jq.next_run_at, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.updated_at,
+       0::bigint,
+       0::bigint,
+       EXISTS (SELECT 1 FROM workflow_steps ws
+               WHERE ws.organization_id = $1 AND ws.job_id = jq.id),
+       (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())::bool,
+       earlier.reason,
+       earlier.ended_as
+FROM job_queue jq
+LEFT JOIN earlier ON true
+WHERE jq.organization_id = $1
+  AND jq.id = $2
+  AND NOT EXISTS (SELECT 1 FROM requeued)
 `
 
 type JobRequeueParams struct {
@@ -490,6 +435,7 @@ type JobRequeueParams struct {
 }
 
 type JobRequeueRow struct {
+	Requeued               bool
 	ID                     uuid.UUID
 	JobType                string
 	OrganizationID         uuid.UUID
@@ -541,32 +487,47 @@ type JobRequeueRow struct {
 	BeforeUpdatedAt        time.Time
 	EventID                int64
 	EventCount             int64
+	WorkflowManaged        bool
+	LeaseLive              bool
+	RequeuedReason         *string
+	RequeuedFrom           *string
 }
 
 // Compare-and-requeue: a DEAD_LETTERED or CANCELED job goes back to
-// PENDING in place (same id, next run). A single requeue sends JobRequeue
-// and JobGetForRequeueClassification in one pipeline (with BEGIN and
-// COMMIT when it owns its transaction); a bulk chunk sends
-// JobRequeueBulk and JobGetForBulkRequeueClassification likewise. Each
+// PENDING in place (same id, next run). A single requeue is one
+// statement, JobRequeue (with BEGIN and COMMIT when it owns its
+// transaction, and the workers' wake-up); a bulk chunk sends
+// JobRequeueBulk and JobGetForBulkRequeueClassification in one pipeline. Each
 // statement's guard is in the data, so that it is right on whatever
 // connection runs it (on Citus, the tenant's worker).
-// JobRequeue locks the job FOR NO KEY UPDATE while it is requeueable as the
-// caller observed it: in the caller's tenant, at @expected_status
-// (DEAD_LETTERED or CANCELED) and @expected_run_number, in no workflow
-// step, and not a CANCELED job whose lease is still live by the database
-// clock (its worker may still run). A waiter re-checks the conditions on
-// the newest row. It then advances the job to its next run in place:
-// PENDING, stage queued, due now, attempt 0; progress and checkpoint kept,
-// or cleared when @reset_progress; output, lease, heartbeat, worker, start,
-// finish and last error cleared; status_reason = @reason. Payload,
-// settings, idempotency key, enqueue request and execution resource key
-// stay. It writes one REQUEUED event on the job for the run that ended
-// (attempt NULL when none was made), whose payload records the reason, the
-// state policy and the requeue kind. No row, nothing locked and nothing
-// written when the job is not requeueable as observed (a row that matched
-// the snapshot but changed while this waited for its lock stays locked).
-// The row returned is the job after the requeue, then (before_*) the
-// columns the requeue changed as they were before it.
+// JobRequeue is a whole compare-and-requeue attempt in one statement. It
+// locks the job FOR NO KEY UPDATE while it is requeueable as the caller
+// observed it: in the caller's tenant, at @expected_status (DEAD_LETTERED
+// or CANCELED) and @expected_run_number, in no workflow step, and not a
+// CANCELED job whose lease is still live by the database clock (its
+// worker may still run). A waiter re-checks the conditions on the newest
+// row. It then advances the job to its next run in place: PENDING, stage
+// queued, due now, attempt 0; progress and checkpoint kept, or cleared
+// when @reset_progress; output, lease, heartbeat, worker, start, finish
+// and last error cleared; status_reason = @reason. Payload, settings,
+// idempotency key, enqueue request and execution resource key stay. It
+// writes one REQUEUED event on the job for the run that ended (attempt
+// NULL when none was made), whose payload records the reason, the state
+// policy and the requeue kind.
+//
+// One row when it requeued (requeued true): the job after the requeue,
+// then (before_*) the columns the requeue changed as they were before it,
+// and the event. Otherwise nothing is written and nothing locked (but a
+// row that matched the snapshot and changed while this waited for its
+// lock stays locked), and the row, if the tenant has the job, classifies
+// the miss from the statement's snapshot (requeued false; before_* repeat
+// the job's columns): whether a workflow step owns the job, whether it is
+// a CANCELED job whose lease is still live, and the requeue of run
+// @expected_run_number if one was made: the reason its REQUEUED event
+// records and the status that run ended in (its DEAD_LETTERED or CANCELED
+// event; NULL when it has none). A job requeueable as observed in that
+// snapshot but not to the lock (it changed while this waited) is for the
+// caller's lock loop to try again. No row when the tenant has no such job.
 func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams) (JobRequeueRow, error) {
 	row := db.QueryRow(ctx, jobRequeue,
 		arg.OrganizationID,
@@ -579,6 +540,7 @@ func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams)
 	)
 	var i JobRequeueRow
 	err := row.Scan(
+		&i.Requeued,
 		&i.ID,
 		&i.JobType,
 		&i.OrganizationID,
@@ -630,6 +592,10 @@ func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams)
 		&i.BeforeUpdatedAt,
 		&i.EventID,
 		&i.EventCount,
+		&i.WorkflowManaged,
+		&i.LeaseLive,
+		&i.RequeuedReason,
+		&i.RequeuedFrom,
 	)
 	return i, err
 }

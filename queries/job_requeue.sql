@@ -1,28 +1,39 @@
 -- Compare-and-requeue: a DEAD_LETTERED or CANCELED job goes back to
--- PENDING in place (same id, next run). A single requeue sends JobRequeue
--- and JobGetForRequeueClassification in one pipeline (with BEGIN and
--- COMMIT when it owns its transaction); a bulk chunk sends
--- JobRequeueBulk and JobGetForBulkRequeueClassification likewise. Each
+-- PENDING in place (same id, next run). A single requeue is one
+-- statement, JobRequeue (with BEGIN and COMMIT when it owns its
+-- transaction, and the workers' wake-up); a bulk chunk sends
+-- JobRequeueBulk and JobGetForBulkRequeueClassification in one pipeline. Each
 -- statement's guard is in the data, so that it is right on whatever
 -- connection runs it (on Citus, the tenant's worker).
 
--- JobRequeue locks the job FOR NO KEY UPDATE while it is requeueable as the
--- caller observed it: in the caller's tenant, at @expected_status
--- (DEAD_LETTERED or CANCELED) and @expected_run_number, in no workflow
--- step, and not a CANCELED job whose lease is still live by the database
--- clock (its worker may still run). A waiter re-checks the conditions on
--- the newest row. It then advances the job to its next run in place:
--- PENDING, stage queued, due now, attempt 0; progress and checkpoint kept,
--- or cleared when @reset_progress; output, lease, heartbeat, worker, start,
--- finish and last error cleared; status_reason = @reason. Payload,
--- settings, idempotency key, enqueue request and execution resource key
--- stay. It writes one REQUEUED event on the job for the run that ended
--- (attempt NULL when none was made), whose payload records the reason, the
--- state policy and the requeue kind. No row, nothing locked and nothing
--- written when the job is not requeueable as observed (a row that matched
--- the snapshot but changed while this waited for its lock stays locked).
--- The row returned is the job after the requeue, then (before_*) the
--- columns the requeue changed as they were before it.
+-- JobRequeue is a whole compare-and-requeue attempt in one statement. It
+-- locks the job FOR NO KEY UPDATE while it is requeueable as the caller
+-- observed it: in the caller's tenant, at @expected_status (DEAD_LETTERED
+-- or CANCELED) and @expected_run_number, in no workflow step, and not a
+-- CANCELED job whose lease is still live by the database clock (its
+-- worker may still run). A waiter re-checks the conditions on the newest
+-- row. It then advances the job to its next run in place: PENDING, stage
+-- queued, due now, attempt 0; progress and checkpoint kept, or cleared
+-- when @reset_progress; output, lease, heartbeat, worker, start, finish
+-- and last error cleared; status_reason = @reason. Payload, settings,
+-- idempotency key, enqueue request and execution resource key stay. It
+-- writes one REQUEUED event on the job for the run that ended (attempt
+-- NULL when none was made), whose payload records the reason, the state
+-- policy and the requeue kind.
+--
+-- One row when it requeued (requeued true): the job after the requeue,
+-- then (before_*) the columns the requeue changed as they were before it,
+-- and the event. Otherwise nothing is written and nothing locked (but a
+-- row that matched the snapshot and changed while this waited for its
+-- lock stays locked), and the row, if the tenant has the job, classifies
+-- the miss from the statement's snapshot (requeued false; before_* repeat
+-- the job's columns): whether a workflow step owns the job, whether it is
+-- a CANCELED job whose lease is still live, and the requeue of run
+-- @expected_run_number if one was made: the reason its REQUEUED event
+-- records and the status that run ended in (its DEAD_LETTERED or CANCELED
+-- event; NULL when it has none). A job requeueable as observed in that
+-- snapshot but not to the lock (it changed while this waited) is for the
+-- caller's lock loop to try again. No row when the tenant has no such job.
 -- name: JobRequeue :one
 WITH clock AS (
     SELECT now() AS now
@@ -77,8 +88,27 @@ event AS (
                'requeue_kind', 'COMPARE_AND_REQUEUE'))
     FROM target
     RETURNING id
+),
+earlier AS (
+    SELECT (e.payload ->> 'reason')::text AS reason,
+           (SELECT t.event_type::text
+            FROM job_events t
+            WHERE t.organization_id = @organization_id
+              AND t.job_id = @id
+              AND t.run_number = @expected_run_number
+              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
+            ORDER BY t.id DESC
+            LIMIT 1) AS ended_as
+    FROM job_events e
+    WHERE e.organization_id = @organization_id
+      AND e.job_id = @id
+      AND e.run_number = @expected_run_number
+      AND e.event_type::text = 'REQUEUED'
+    ORDER BY e.id
+    LIMIT 1
 )
-SELECT requeued.*,
+SELECT true AS requeued,
+       requeued.*,
        target.status AS before_status,
        target.stage AS before_stage,
        target.run_number AS before_run_number,
@@ -99,47 +129,30 @@ SELECT requeued.*,
        target.last_error_message AS before_last_error_message,
        target.updated_at AS before_updated_at,
        (SELECT id FROM event)::bigint AS event_id,
-       (SELECT count(*) FROM event) AS event_count
-FROM requeued CROSS JOIN target;
-
--- JobGetForRequeueClassification reads the job in the caller's tenant
--- without a lock, after JobRequeue found nothing to requeue, to tell its
--- outcome: the job's status, run and lease expiry, whether a workflow step
--- owns it, whether it is a CANCELED job whose lease is still live, and the requeue of
--- run @expected_run_number if one was made: the reason its REQUEUED event
--- records and the status that run ended in (its DEAD_LETTERED or CANCELED
--- event; NULL when it has none). No row when there is no such job in the
--- tenant.
--- name: JobGetForRequeueClassification :one
-WITH requeue AS (
-    SELECT (e.payload ->> 'reason')::text AS reason,
-           (SELECT t.event_type::text
-            FROM job_events t
-            WHERE t.organization_id = @organization_id
-              AND t.job_id = @id
-              AND t.run_number = @expected_run_number
-              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
-            ORDER BY t.id DESC
-            LIMIT 1) AS ended_as
-    FROM job_events e
-    WHERE e.organization_id = @organization_id
-      AND e.job_id = @id
-      AND e.run_number = @expected_run_number
-      AND e.event_type::text = 'REQUEUED'
-    ORDER BY e.id
-    LIMIT 1
-)
-SELECT sqlc.embed(job_queue),
+       (SELECT count(*) FROM event) AS event_count,
+       false AS workflow_managed,
+       false AS lease_live,
+       NULL::text AS requeued_reason,
+       NULL::text AS requeued_from
+FROM requeued CROSS JOIN target
+UNION ALL
+SELECT false,
+       jq.*,
+       jq.status, jq.stage, jq.run_number, jq.attempt, jq.progress_done, jq.progress_total, jq.progress_pct,
+       jq.checkpoint, jq.output, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at,
+       jq.finished_at, jq.next_run_at, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.updated_at,
+       0::bigint,
+       0::bigint,
        EXISTS (SELECT 1 FROM workflow_steps ws
-               WHERE ws.organization_id = @organization_id AND ws.job_id = job_queue.id) AS workflow_managed,
-       (job_queue.status = 'CANCELED' AND job_queue.lease_expires_at IS NOT NULL
-        AND job_queue.lease_expires_at > clock_timestamp())::bool AS lease_live,
-       requeue.reason AS requeued_reason,
-       requeue.ended_as AS requeued_from
-FROM job_queue
-LEFT JOIN requeue ON true
-WHERE job_queue.organization_id = @organization_id
-  AND job_queue.id = @id;
+               WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id),
+       (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())::bool,
+       earlier.reason,
+       earlier.ended_as
+FROM job_queue jq
+LEFT JOIN earlier ON true
+WHERE jq.organization_id = @organization_id
+  AND jq.id = @id
+  AND NOT EXISTS (SELECT 1 FROM requeued);
 
 -- JobRequeueBulk is JobRequeue for a chunk of jobs (@ids, each with its
 -- @expected_statuses and @expected_run_numbers, no id twice), in one
@@ -217,7 +230,7 @@ FROM requeued;
 -- a chunk that JobRequeueBulk did not requeue (@ids with the
 -- @expected_statuses and @expected_run_numbers observed), in the caller's
 -- tenant: a job it returns no row for is not found; the others are told
--- apart as JobGetForRequeueClassification does (status, run, workflow
+-- apart as JobRequeue's miss row does (status, run, workflow
 -- membership, a live canceled lease, and the requeue of the expected run:
 -- its reason and the status the run ended in). A refused job thus leaves
 -- no row lock behind. (The event probes are correlated subqueries, so that

@@ -5,7 +5,6 @@ import "github.com/runledger-go/runledger/internal/bulk"
 // Names this package's tests use for its failpoints.
 const (
 	FailpointAfterLockMiss       = fpAfterLockMiss
-	FailpointAfterClassification = fpAfterClassification
 	FailpointAfterRequeue        = fpAfterRequeue
 	FailpointBulkAfterRequeue    = fpBulkAfterRequeue
 	FailpointBulkAfterChunk      = bulk.FailpointAfterChunk

@@ -10,14 +10,12 @@ import (
 // failpointCall; the owned transaction also fires internal/txn's. An
 // attempt's statements share one round trip; while a test enables one of
 // these points the batch is split there (txn.Batch.PointIf), so the hook
-// runs between the two statements, only when its condition holds.
+// runs between two statements, only when its condition holds.
 const (
-	// fpAfterLockMiss: the locking update of an attempt found nothing to
-	// requeue; the classification read is next.
+	// fpAfterLockMiss: an attempt's requeue statement found nothing to
+	// requeue (and classified the miss); the next attempt, or the
+	// verdict, is next.
 	fpAfterLockMiss = "requeue/after-lock-miss"
-	// fpAfterClassification: the classification read after a lock miss
-	// has run; the next attempt (or the verdict) is next.
-	fpAfterClassification = "requeue/after-classification"
 	// fpAfterRequeue: the job is requeued and its event written; in Job
 	// COMMIT is next (then txn's before-commit point).
 	fpAfterRequeue = "requeue/after-requeue"
@@ -29,7 +27,7 @@ const (
 )
 
 func init() {
-	failpoint.Declare(fpAfterLockMiss, fpAfterClassification, fpAfterRequeue, fpBulkAfterRequeue)
+	failpoint.Declare(fpAfterLockMiss, fpAfterRequeue, fpBulkAfterRequeue)
 }
 
 // failpointCall identifies a requeue request at a failpoint. Attempt is

@@ -26,8 +26,12 @@
 // call; in JobTx it lasts until the caller's transaction ends.
 //
 // Round trips: every outcome costs one (BEGIN to COMMIT in Job; the SHOW
-// probe of the caller's transaction and then one in JobTx). More only
-// after an error (ROLLBACK) or when the bounded lock loop tries again.
+// probe of the caller's transaction and then one in JobTx): one statement
+// locks, requeues and writes the event, or on a miss classifies it from
+// its snapshot. More only after an error (ROLLBACK) or when the bounded
+// lock loop tries again: when the job changed while the statement waited
+// for its lock (a concurrent identical request among them), the next
+// attempt's snapshot sees the change and tells the outcome.
 //
 // Bulk is the same operation for a whole selection of jobs (a list, or a
 // filter on status, type, error code, finish time and scope) under one
@@ -51,11 +55,12 @@ import (
 )
 
 // MaxLockAttempts bounds the lock loop. The loop repeats only when the
-// locking update found nothing to requeue but the unlocked read a moment
-// later saw the job requeueable as observed (the row changed between the
-// two statements); it converges at once in practice. Past the bound the
-// operation fails with job.requeue_target_unstable rather than report a
-// mismatch whose actual state equals the expectation.
+// requeue statement's lock found nothing to requeue while its snapshot saw
+// the job requeueable as observed (the row changed while the statement
+// waited for the lock); the next attempt sees the change, so it converges
+// at once in practice. Past the bound the operation fails with
+// job.requeue_target_unstable rather than report a mismatch whose actual
+// state equals the expectation.
 const MaxLockAttempts = 4
 
 const (
@@ -124,84 +129,69 @@ var queries = db.New()
 // round trip per attempt.
 func run(ctx context.Context, s *txn.Session, req Request) (Outcome, error) {
 	for attempt := 1; attempt <= MaxLockAttempts; attempt++ {
-		a, err := sendAttempt(ctx, s, req, attempt)
+		step, err := sendAttempt(ctx, s, req, attempt)
 		if err != nil {
 			return nil, err
 		}
-		out, retry, err := decide(req, a)
+		out, retry, err := decide(req, step)
 		if !retry {
 			return out, err
 		}
-		// Requeueable to the classification read but not when the locking
-		// update ran (the row changed between the two): try again.
+		// Requeueable in the statement's snapshot but not to its lock (the
+		// row changed while the statement waited for it): try again.
 	}
-	return nil, errTargetUnstable.Newf("job %s stayed requeueable to the unlocked read but not to the locking update after %d attempts",
+	return nil, errTargetUnstable.Newf("job %s stayed requeueable in each attempt's snapshot but not to its lock after %d attempts",
 		req.JobID, MaxLockAttempts)
 }
 
-// attempt holds the results of one attempt's statements.
-type attempt struct {
-	requeue  *txn.Step[db.JobRequeueRow]
-	classify *txn.Step[db.JobGetForRequeueClassificationRow]
-}
-
 // sendAttempt sends one attempt in one round trip: [BEGIN READ
-// COMMITTED,] the locking update with its event, the classification read,
-// the workers' wake-up[, COMMIT]. Both statements always run; each one's
-// guard is in the data. The classification read takes its snapshot after
-// the update finished (lock waits included), so it sees what a concurrent
-// requeue of the same job committed.
-func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*attempt, error) {
-	a := &attempt{}
+// COMMITTED,] the requeue statement (which locks, writes and, on a miss,
+// classifies), the workers' wake-up[, COMMIT].
+func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*txn.Step[db.JobRequeueRow], error) {
 	org := rows.Tenant(req.Scope)
 	notify := wake.Due(requeueWakeKey)
 	b := s.Batch(ctx)
-	a.requeue = txn.Queue(b, "requeue job", func(q db.DBTX) (db.JobRequeueRow, error) {
+	step := txn.Queue(b, "requeue job", func(q db.DBTX) (db.JobRequeueRow, error) {
 		return queries.JobRequeue(ctx, q, db.JobRequeueParams{
 			OrganizationID: org, ID: req.JobID, ExpectedStatus: db.JobStatus(req.ExpectedStatus),
 			ExpectedRunNumber: req.ExpectedRunNumber, ResetProgress: req.StatePolicy == ResetProgress,
 			Reason: req.Reason, StatePolicy: req.StatePolicy.String(),
 		})
 	})
+	requeuedRow := func() bool { return step.Row() && step.Val.Requeued }
 	call := failpointCall{JobID: req.JobID, Attempt: n}
-	b.PointIf(fpAfterLockMiss, call, func() bool { return !a.requeue.Row() })
-	a.classify = txn.Queue(b, "read job requeue mismatch", func(q db.DBTX) (db.JobGetForRequeueClassificationRow, error) {
-		return queries.JobGetForRequeueClassification(ctx, q, db.JobGetForRequeueClassificationParams{
-			OrganizationID: org, ID: req.JobID, ExpectedRunNumber: req.ExpectedRunNumber,
-		})
-	})
-	b.PointIf(fpAfterClassification, call, func() bool { return !a.requeue.Row() })
+	b.PointIf(fpAfterLockMiss, call, func() bool { return !requeuedRow() })
 	if notify {
 		wake.Queue(ctx, b, "")
 	}
-	b.PointIf(fpAfterRequeue, call, func() bool { return a.requeue.Row() })
+	b.PointIf(fpAfterRequeue, call, requeuedRow)
 	b.Commit(ctx)
 	if err := b.Send(ctx); err != nil {
 		return nil, err
 	}
-	return a, nil
+	return step, nil
 }
 
-// decide turns an attempt's results into the outcome, or asks for another
-// attempt. It checks the invariants the statements promise.
-func decide(req Request, a *attempt) (out Outcome, retry bool, err error) {
-	if a.requeue.Row() {
-		out, err := requeued(req, a.requeue.Val)
-		return out, false, err
-	}
-	if !a.classify.Row() {
+// decide turns an attempt's row into the outcome, or asks for another
+// attempt. It checks the invariants the statement promises.
+func decide(req Request, step *txn.Step[db.JobRequeueRow]) (out Outcome, retry bool, err error) {
+	if !step.Row() {
 		return NotFound{}, false, nil
 	}
-	c := a.classify.Val
-	job, err := rows.Job(c.JobQueue)
+	row := step.Val
+	if row.Requeued {
+		out, err := requeued(req, row)
+		return out, false, err
+	}
+	job, err := rows.Job(afterColumns(row))
 	if err != nil {
 		return nil, false, err
 	}
 	if string(job.Status) == string(req.ExpectedStatus) && job.RunNumber == req.ExpectedRunNumber {
 		switch {
-		case c.WorkflowManaged:
+		case row.WorkflowManaged:
 			return nil, false, errs.WorkflowManaged.Newf("job %s is owned by a workflow step: workflow managed job requeue is not supported", req.JobID)
-		case c.LeaseLive:
+		case row.LeaseLive:
 			if job.LeaseExpiresAt == nil {
 				return nil, false, errs.Invariant("canceled job with a live lease has no lease expiry")
 			}
@@ -209,8 +199,8 @@ func decide(req Request, a *attempt) (out Outcome, retry bool, err error) {
 		}
 		return nil, true, nil
 	}
-	if c.RequeuedReason != nil && *c.RequeuedReason == req.Reason &&
-		(c.RequeuedFrom == nil || *c.RequeuedFrom == string(req.ExpectedStatus)) {
+	if row.RequeuedReason != nil && *row.RequeuedReason == req.Reason &&
+		(row.RequeuedFrom == nil || *row.RequeuedFrom == string(req.ExpectedStatus)) {
 		if job.RunNumber <= req.ExpectedRunNumber {
 			return nil, false, errs.Invariantf("job %s has a REQUEUED event for run %d but is at run %d", req.JobID, req.ExpectedRunNumber, job.RunNumber)
 		}
@@ -219,10 +209,10 @@ func decide(req Request, a *attempt) (out Outcome, retry bool, err error) {
 	return ExpectationMismatch{Actual: job}, false, nil
 }
 
-// requeued checks the locking update's row of an attempt that requeued
-// and builds the job before and after it.
-func requeued(req Request, row db.JobRequeueRow) (Outcome, error) {
-	after, err := rows.Job(db.JobQueue{
+// afterColumns is the job of a requeue statement's row: after the requeue
+// when it requeued, as the snapshot saw it otherwise.
+func afterColumns(row db.JobRequeueRow) db.JobQueue {
+	return db.JobQueue{
 		ID: row.ID, JobType: row.JobType, OrganizationID: row.OrganizationID, Payload: row.Payload, Status: row.Status,
 		Priority: row.Priority, RunNumber: row.RunNumber, Attempt: row.Attempt, MaxAttempts: row.MaxAttempts,
 		TimeoutSeconds: row.TimeoutSeconds, NextRunAt: row.NextRunAt, LeaseExpiresAt: row.LeaseExpiresAt,
@@ -231,7 +221,13 @@ func requeued(req Request, row db.JobRequeueRow) (Outcome, error) {
 		Checkpoint: row.Checkpoint, IdempotencyKey: row.IdempotencyKey, StatusReason: row.StatusReason,
 		LastErrorCode: row.LastErrorCode, LastErrorMessage: row.LastErrorMessage, CreatedAt: row.CreatedAt,
 		UpdatedAt: row.UpdatedAt, EnqueueRequest: row.EnqueueRequest, Output: row.Output, ExecutionResourceKey: row.ExecutionResourceKey,
-	})
+	}
+}
+
+// requeued checks the locking update's row of an attempt that requeued
+// and builds the job before and after it.
+func requeued(req Request, row db.JobRequeueRow) (Outcome, error) {
+	after, err := rows.Job(afterColumns(row))
 	if err != nil {
 		return nil, err
 	}
