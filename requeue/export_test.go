@@ -4,11 +4,11 @@ import "github.com/runledger-go/runledger/internal/bulk"
 
 // Names this package's tests use for its failpoints.
 const (
-	FailpointAfterLockMiss       = fpAfterLockMiss
-	FailpointAfterRequeue        = fpAfterRequeue
-	FailpointBulkAfterRequeue    = fpBulkAfterRequeue
-	FailpointBulkAfterChunk      = bulk.FailpointAfterChunk
-	FailpointBulkAfterSelect     = bulk.FailpointAfterSelect
+	FailpointAfterLockMiss    = fpAfterLockMiss
+	FailpointAfterRequeue     = fpAfterRequeue
+	FailpointBulkAfterRequeue = fpBulkAfterRequeue
+	FailpointBulkAfterChunk   = bulk.FailpointAfterChunk
+	FailpointBulkAfterSelect  = bulk.FailpointAfterSelect
 )
 
 // FailpointCall is what this package's failpoint hooks receive.
