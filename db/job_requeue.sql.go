@@ -180,7 +180,7 @@ type JobGetForBulkRequeueClassificationRow struct {
 // a chunk that JobRequeueBulk did not requeue (@ids with the
 // @expected_statuses and @expected_run_numbers observed), in the caller's
 // tenant: a job it returns no row for is not found; the others are told
-// apart as JobGetForRequeueClassification does (status, run, workflow
+// apart as JobRequeue's miss row does (status, run, workflow
 // membership, a live canceled lease, and the requeue of the expected run:
 // its reason and the status the run ended in). A refused job thus leaves
 // no row lock behind. (The event probes are correlated subqueries, so that
@@ -357,24 +357,6 @@ event AS (
                'requeue_kind', 'COMPARE_AND_REQUEUE'))
     FROM target
     RETURNING id
-),
-earlier AS (
-    SELECT (e.payload ->> 'reason')::text AS reason,
-           (SELECT t.event_type::text
-            FROM job_events t
-            WHERE t.organization_id = $1
-              AND t.job_id = $2
-              AND t.run_number = $4
-              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
-            ORDER BY t.id DESC
-            LIMIT 1) AS ended_as
-    FROM job_events e
-    WHERE e.organization_id = $1
-      AND e.job_id = $2
-      AND e.run_number = $4
-      AND e.event_type::text = 'REQUEUED'
-    ORDER BY e.id
-    LIMIT 1
 )
 SELECT true AS requeued,
        requeued.id, requeued.job_type, requeued.organization_id, requeued.payload, requeued.status, requeued.priority, requeued.run_number, requeued.attempt, requeued.max_attempts, requeued.timeout_seconds, requeued.next_run_at, requeued.lease_expires_at, requeued.last_heartbeat_at, requeued.worker_id, requeued.started_at, requeued.finished_at, requeued.stage, requeued.progress_done, requeued.progress_total, requeued.progress_pct, requeued.checkpoint, requeued.idempotency_key, requeued.status_reason, requeued.last_error_code, requeued.last_error_message, requeued.created_at, requeued.updated_at, requeued.enqueue_request, requeued.output, requeued.execution_resource_key,
@@ -415,10 +397,23 @@ SELECT false,
        EXISTS (SELECT 1 FROM workflow_steps ws
                WHERE ws.organization_id = $1 AND ws.job_id = jq.id),
        (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())::bool,
-       earlier.reason,
-       earlier.ended_as
+       (SELECT (e.payload ->> 'reason')::text
+        FROM job_events e
+        WHERE e.organization_id = $1
+          AND e.job_id = $2
+          AND e.run_number = $4
+          AND e.event_type::text = 'REQUEUED'
+        ORDER BY e.id
+        LIMIT 1),
+       (SELECT t.event_type::text
+        FROM job_events t
+        WHERE t.organization_id = $1
+          AND t.job_id = $2
+          AND t.run_number = $4
+          AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
+        ORDER BY t.id DESC
+        LIMIT 1)
 FROM job_queue jq
-LEFT JOIN earlier ON true
 WHERE jq.organization_id = $1
   AND jq.id = $2
   AND NOT EXISTS (SELECT 1 FROM requeued)
@@ -522,10 +517,11 @@ type JobRequeueRow struct {
 // lock stays locked), and the row, if the tenant has the job, classifies
 // the miss from the statement's snapshot (requeued false; before_* repeat
 // the job's columns): whether a workflow step owns the job, whether it is
-// a CANCELED job whose lease is still live, and the requeue of run
-// @expected_run_number if one was made: the reason its REQUEUED event
-// records and the status that run ended in (its DEAD_LETTERED or CANCELED
-// event; NULL when it has none). A job requeueable as observed in that
+// a CANCELED job whose lease is still live, the reason of run
+// @expected_run_number's REQUEUED event if it was requeued, and the
+// status that run ended in (its latest DEAD_LETTERED or CANCELED event;
+// NULL when it has none). (Scalar subqueries, not a join: Citus plans no
+// outer join beside the one-time filter on requeued.) A job requeueable as observed in that
 // snapshot but not to the lock (it changed while this waited) is for the
 // caller's lock loop to try again. No row when the tenant has no such job.
 func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams) (JobRequeueRow, error) {

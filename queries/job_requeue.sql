@@ -28,10 +28,11 @@
 -- lock stays locked), and the row, if the tenant has the job, classifies
 -- the miss from the statement's snapshot (requeued false; before_* repeat
 -- the job's columns): whether a workflow step owns the job, whether it is
--- a CANCELED job whose lease is still live, and the requeue of run
--- @expected_run_number if one was made: the reason its REQUEUED event
--- records and the status that run ended in (its DEAD_LETTERED or CANCELED
--- event; NULL when it has none). A job requeueable as observed in that
+-- a CANCELED job whose lease is still live, the reason of run
+-- @expected_run_number's REQUEUED event if it was requeued, and the
+-- status that run ended in (its latest DEAD_LETTERED or CANCELED event;
+-- NULL when it has none). (Scalar subqueries, not a join: Citus plans no
+-- outer join beside the one-time filter on requeued.) A job requeueable as observed in that
 -- snapshot but not to the lock (it changed while this waited) is for the
 -- caller's lock loop to try again. No row when the tenant has no such job.
 -- name: JobRequeue :one
@@ -88,24 +89,6 @@ event AS (
                'requeue_kind', 'COMPARE_AND_REQUEUE'))
     FROM target
     RETURNING id
-),
-earlier AS (
-    SELECT (e.payload ->> 'reason')::text AS reason,
-           (SELECT t.event_type::text
-            FROM job_events t
-            WHERE t.organization_id = @organization_id
-              AND t.job_id = @id
-              AND t.run_number = @expected_run_number
-              AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
-            ORDER BY t.id DESC
-            LIMIT 1) AS ended_as
-    FROM job_events e
-    WHERE e.organization_id = @organization_id
-      AND e.job_id = @id
-      AND e.run_number = @expected_run_number
-      AND e.event_type::text = 'REQUEUED'
-    ORDER BY e.id
-    LIMIT 1
 )
 SELECT true AS requeued,
        requeued.*,
@@ -146,10 +129,23 @@ SELECT false,
        EXISTS (SELECT 1 FROM workflow_steps ws
                WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id),
        (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock_timestamp())::bool,
-       earlier.reason,
-       earlier.ended_as
+       (SELECT (e.payload ->> 'reason')::text
+        FROM job_events e
+        WHERE e.organization_id = @organization_id
+          AND e.job_id = @id
+          AND e.run_number = @expected_run_number
+          AND e.event_type::text = 'REQUEUED'
+        ORDER BY e.id
+        LIMIT 1),
+       (SELECT t.event_type::text
+        FROM job_events t
+        WHERE t.organization_id = @organization_id
+          AND t.job_id = @id
+          AND t.run_number = @expected_run_number
+          AND t.event_type::text IN ('DEAD_LETTERED', 'CANCELED')
+        ORDER BY t.id DESC
+        LIMIT 1)
 FROM job_queue jq
-LEFT JOIN earlier ON true
 WHERE jq.organization_id = @organization_id
   AND jq.id = @id
   AND NOT EXISTS (SELECT 1 FROM requeued);

@@ -45,9 +45,15 @@ func race(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) {
 		t.Fatal(err)
 	}
 	go func() {
-		for len(testdb.LockWaiters(t, pool)) == 0 {
-			if ctx.Err() != nil {
+		for {
+			var waiters int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM (`+testdb.WaitersSQL()+`) w`).Scan(&waiters); err != nil {
+				t.Errorf("wait for the requeue's lock wait: %v", err)
+				_ = tx.Rollback(context.WithoutCancel(ctx))
 				return
+			}
+			if waiters > 0 {
+				break
 			}
 			runtime.Gosched()
 		}
@@ -96,6 +102,16 @@ func TestLockLoopRetriesAfterASnapshotRace(t *testing.T) {
 	defer failpoint.Enable(requeue.FailpointAfterLockMiss, onJob(dead.ID, func(attempt int) {
 		misses = append(misses, attempt)
 	}))()
+	if testdb.Citus() {
+		// Citus runs the statement in steps, the lock first and the final
+		// read after it, each with a snapshot of its own: the miss is
+		// classified after the lock, from the change itself.
+		out, err := requeue.Job(ctx, pool, request(t, dead, "r"))
+		if m, ok := out.(requeue.ExpectationMismatch); err != nil || !ok || m.Actual.RunNumber != 9 || len(misses) != 1 {
+			t.Fatalf("%T %+v, %v after lock misses %v: want a mismatch at run 9 at the first attempt", out, out, err, misses)
+		}
+		return
+	}
 	got := mustRequeued(t)(requeue.Job(ctx, pool, request(t, dead, "r")))
 	if got.Disposition != runledger.DispositionInserted || len(misses) != 1 || misses[0] != 1 || requeuedEvents(t, pool, dead.ID) != 1 {
 		t.Fatalf("%+v after lock misses %v, %d events: want inserted at the second attempt, one event", got, misses, requeuedEvents(t, pool, dead.ID))
@@ -105,7 +121,7 @@ func TestLockLoopRetriesAfterASnapshotRace(t *testing.T) {
 // In a caller's transaction the missed attempt keeps the changed row
 // locked, so the next attempt sees the change itself: the race costs one
 // more round trip and ends in the change's verdict (here a mismatch at
-// run 9), never a loop.
+// run 9), never a loop. On Citus the first attempt already gives it.
 func TestLockLoopInCallersTransactionSeesTheChange(t *testing.T) {
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
@@ -118,8 +134,12 @@ func TestLockLoopInCallersTransactionSeesTheChange(t *testing.T) {
 		race(t, ctx, pool, dead.ID)
 		out, err := requeue.JobTx(ctx, tx, request(t, dead, "r"))
 		m, ok := out.(requeue.ExpectationMismatch)
-		if err != nil || !ok || m.Actual.RunNumber != 9 || len(misses) != 2 {
-			t.Fatalf("JobTx: %T %+v, %v after misses %v; want a mismatch at run 9 after two attempts", out, out, err, misses)
+		attempts := 2
+		if testdb.Citus() {
+			attempts = 1 // the miss is classified after the lock (see above)
+		}
+		if err != nil || !ok || m.Actual.RunNumber != 9 || len(misses) != attempts {
+			t.Fatalf("JobTx: %T %+v, %v after misses %v; want a mismatch at run 9 after %d attempts", out, out, err, misses, attempts)
 		}
 	})
 }
@@ -128,6 +148,9 @@ func TestLockLoopInCallersTransactionSeesTheChange(t *testing.T) {
 // with job.requeue_target_unstable after MaxLockAttempts attempts, writing
 // nothing.
 func TestLockLoopIsBounded(t *testing.T) {
+	if testdb.Citus() {
+		t.Skip("on Citus the miss is classified after the lock, so no attempt is made again")
+	}
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	dead := deadLettered(t, ctx, pool, runledger.Global())
