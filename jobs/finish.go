@@ -136,7 +136,7 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 	if err != nil {
 		return nil, err
 	}
-	rs, err := writeGroups(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+	params := func(g tenantGroup) db.JobCompleteManyParams {
 		var a leaseArrays
 		p := db.JobCompleteManyParams{OrganizationID: g.tenant}
 		for _, i := range g.at {
@@ -147,8 +147,41 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 			p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
 		}
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
-		return queries.JobCompleteMany(ctx, q, p)
-	})
+		return p
+	}
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rs []db.JobCompleteManyRow
+	if dist {
+		// On Citus the completion and its events are two statements, each
+		// run in one step on the tenant's shard (JobCompleteManyRouted).
+		rs, err = writeGroupsThenEvents(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+			got, err := queries.JobCompleteManyRouted(ctx, q, db.JobCompleteManyRoutedParams(params(g)))
+			out := make([]db.JobCompleteManyRow, len(got))
+			for i, r := range got {
+				out[i] = db.JobCompleteManyRow(r)
+			}
+			return out, err
+		}, func(q db.DBTX, g tenantGroup, rs []db.JobCompleteManyRow) error {
+			e := db.JobEventSucceededManyParams{OrganizationID: g.tenant}
+			for _, r := range rs {
+				e.Ids = append(e.Ids, r.ID)
+				e.RunNumbers = append(e.RunNumbers, r.RunNumber)
+				e.Attempts = append(e.Attempts, r.Attempt)
+				e.Stages = append(e.Stages, r.Stage)
+				e.ProgressDone = append(e.ProgressDone, orKeep(r.ProgressDone))
+				e.ProgressTotal = append(e.ProgressTotal, orKeep(r.ProgressTotal))
+				e.WorkerIds = append(e.WorkerIds, derefString(r.WorkerID))
+			}
+			return queries.JobEventSucceededMany(ctx, q, e)
+		})
+	} else {
+		rs, err = writeGroups(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+			return queries.JobCompleteMany(ctx, q, params(g))
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -332,4 +365,12 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 	}
 	return byID("fail", leases, rs, func(r db.JobFailManyRow) uuid.UUID { return r.ID },
 		func(r db.JobFailManyRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+}
+
+// derefString is *p, or "" for nil.
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

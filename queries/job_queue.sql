@@ -269,11 +269,19 @@ LIMIT @max_tenants;
 -- PENDING jobs in claim order on idx_job_queue_tenant_claim (created on
 -- Citus only) and passes over those not yet due, so a tenant's jobs
 -- scheduled for later at a higher priority than its due ones are read.
--- The rest is JobClaim's: SKIP LOCKED, one resource claim per key and
--- tenant, the lease, one LEASED event each.
+-- Like JobClaim it locks up to @max_jobs candidates SKIP LOCKED, but it
+-- writes only what Citus runs in one step on the tenant's shard (a SELECT
+-- and an UPDATE; an INSERT in a CTE, or an INSERT into job_events, whose
+-- id Citus draws on the coordinator, would be planned as steps of their
+-- own whose rows travel through the coordinator to every worker): it
+-- leases the candidates without an execution resource key and returns
+-- them LEASED, and returns the candidates with a key as they are (still
+-- PENDING, locked until the transaction ends), in claim order. The caller
+-- then leases those with JobClaimTenantKeyed and writes the LEASED events
+-- with JobEventLeasedMany, in the same transaction.
 -- name: JobClaimTenant :many
 WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key
     FROM job_queue jq
     WHERE jq.status = 'PENDING'
       AND jq.organization_id = @organization_id
@@ -293,6 +301,47 @@ WITH candidates AS MATERIALIZED (
     LIMIT @max_jobs
     FOR UPDATE OF jq SKIP LOCKED
 ),
+leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = @worker_id::text,
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    WHERE job_queue.id = ANY(ARRAY(SELECT id FROM candidates WHERE execution_resource_key IS NULL))
+      AND job_queue.organization_id = @organization_id
+      AND job_queue.status = 'PENDING'
+    RETURNING *
+)
+SELECT * FROM leased
+UNION ALL
+SELECT jq.*
+FROM candidates c
+JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = c.id
+WHERE c.execution_resource_key IS NOT NULL
+ORDER BY priority DESC, next_run_at, created_at;
+
+-- JobClaimTenantKeyed leases the candidates with an execution resource key
+-- that JobClaimTenant returned PENDING (@ids, locked by it in the same
+-- transaction), as JobClaim does: one resource claim per key and tenant,
+-- taken by the key's most urgent candidate if the key is free (or its
+-- claim released and past release_after), and only a candidate that took
+-- its key's claim is leased. It returns the leased jobs in claim order;
+-- their LEASED events are written by JobEventLeasedMany. On Citus it runs
+-- in steps (its INSERT in a CTE), only when a claim met keyed jobs.
+-- name: JobClaimTenantKeyed :many
+WITH candidates AS MATERIALIZED (
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    FROM job_queue jq
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = ANY(@ids::uuid[])
+      AND jq.status = 'PENDING'
+      AND jq.execution_resource_key IS NOT NULL
+    FOR UPDATE OF jq
+),
 acquired AS (
     INSERT INTO job_execution_resource_claims AS rc (
         organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
@@ -302,7 +351,6 @@ acquired AS (
            @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
     FROM candidates
     JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = candidates.id
-    WHERE candidates.execution_resource_key IS NOT NULL
     ORDER BY candidates.organization_id, candidates.execution_resource_key,
              candidates.priority DESC, candidates.next_run_at, candidates.created_at
     ON CONFLICT (organization_id, resource_key) DO UPDATE
@@ -329,22 +377,27 @@ leased AS (
         stage = 'running'
     -- An array built before the update starts (an InitPlan), so that every
     -- resource claim is in place when the lease trigger checks for it.
-    WHERE job_queue.id = ANY(ARRAY(
-              SELECT id FROM candidates WHERE execution_resource_key IS NULL
-              UNION ALL
-              SELECT job_id FROM acquired))
+    WHERE job_queue.id = ANY(ARRAY(SELECT job_id FROM acquired))
       AND job_queue.organization_id = @organization_id
       AND job_queue.status = 'PENDING'
     RETURNING *
-),
-event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
-    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
-           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
-    FROM leased
 )
 SELECT * FROM leased
 ORDER BY priority DESC, next_run_at, created_at;
+
+-- JobEventLeasedMany writes the LEASED event of each job a tenant's claim
+-- leased (@ids with, at the same position, the run, attempt, stage and
+-- lease expiry the lease returned), naming the worker: the events JobClaim writes in its own statement, here
+-- from the rows JobClaimTenant and JobClaimTenantKeyed returned, in their
+-- transaction. It reads no table, so on Citus the coordinator draws the
+-- event ids and sends the rows to the tenant's shard in one step.
+-- name: JobEventLeasedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'LEASED',
+       (@stages::text[])[e.ord],
+       jsonb_build_object('worker_id', @worker_id::text,
+                          'lease_expires_at', (@lease_expires_ats::timestamptz[])[e.ord])
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 
 -- The worker's writes. Each takes one tenant (@organization_id) and a
 -- batch of its leases as parallel arrays (@ids with, at the same position,
@@ -402,6 +455,65 @@ event AS (
     FROM completed
 )
 SELECT * FROM completed;
+
+-- JobCompleteManyRouted is JobCompleteMany without its events, in the
+-- shape Citus runs in one step on the tenant's shard (JobCompleteMany's
+-- event INSERT in a CTE would be planned as steps of their own, the
+-- updated rows sent through the coordinator to every worker); the library
+-- sends it on Citus, and JobEventSucceededMany after it, in one
+-- transaction, with the rows it returned. The clock is
+-- statement_timestamp(), the start of the statement (Citus refuses the
+-- volatile clock_timestamp() in a routed write and evaluates stable
+-- functions once on the coordinator, as it evaluated JobCompleteMany's
+-- clock); MATERIALIZED keeps the planner reading the jobs by id.
+-- name: JobCompleteManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@outputs::jsonb[])[i.ord] AS output,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+clock AS MATERIALIZED (
+    SELECT now() AS now, statement_timestamp() AS at
+),
+completed AS (
+    UPDATE job_queue jq
+    SET status = 'SUCCEEDED',
+        stage = 'completed',
+        output = input.output,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        finished_at = clock.now,
+        lease_expires_at = NULL
+    FROM input, clock
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.*
+)
+SELECT * FROM completed;
+
+-- JobEventSucceededMany writes the SUCCEEDED event of each job
+-- JobCompleteManyRouted completed (@ids with, at the same position, the
+-- run, attempt, stage, progress (-1: NULL) and worker of the row it
+-- returned), as JobCompleteMany's own event. It reads no table, so on
+-- Citus the coordinator draws the event ids and sends the rows to the
+-- tenant's shard in one step.
+-- name: JobEventSucceededMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'SUCCEEDED',
+       (@stages::text[])[e.ord],
+       NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord])
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 
 -- JobFailMany records failed attempts of leased jobs. A job with attempts
 -- left whose entry is not terminal goes back to PENDING, stage scheduled,

@@ -16,6 +16,7 @@ var benchedStatements = map[string]bool{
 	"JobLockByIdempotencyKeyGlobal": true, "JobLockForReplay": true, "JobReplayGetForRequest": true,
 	"JobReplayGetForRequestAfterSourceLock": true, "JobReplayInsert": true, "JobEnqueue": true,
 	"JobClaimTenant": true, "JobReplayBulkInsert": true,
+	"JobCompleteMany": true, "JobCompleteManyRouted": true,
 }
 
 // BenchmarkStatements executes each statement alone on the audit's data,
