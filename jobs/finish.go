@@ -164,7 +164,7 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 				out[i] = db.JobCompleteManyRow(r)
 			}
 			return out, err
-		}, func(q db.DBTX, g tenantGroup, rs []db.JobCompleteManyRow) error {
+		}, func(g tenantGroup, rs []db.JobCompleteManyRow) func(q db.DBTX) error {
 			e := db.JobEventSucceededManyParams{OrganizationID: g.tenant}
 			for _, r := range rs {
 				e.Ids = append(e.Ids, r.ID)
@@ -175,7 +175,7 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 				e.ProgressTotal = append(e.ProgressTotal, orKeep(r.ProgressTotal))
 				e.WorkerIds = append(e.WorkerIds, derefString(r.WorkerID))
 			}
-			return queries.JobEventSucceededMany(ctx, q, e)
+			return func(q db.DBTX) error { return queries.JobEventSucceededMany(ctx, q, e) }
 		})
 	} else {
 		rs, err = writeGroups(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
@@ -340,7 +340,7 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 	if err != nil {
 		return nil, err
 	}
-	rs, err := writeGroups(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+	params := func(g tenantGroup) db.JobFailManyParams {
 		var a leaseArrays
 		p := db.JobFailManyParams{OrganizationID: g.tenant}
 		for _, i := range g.at {
@@ -358,8 +358,48 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 			p.ErrorMessages = append(p.ErrorMessages, r.ErrorMessage)
 		}
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
-		return queries.JobFailMany(ctx, q, p)
-	})
+		return p
+	}
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rs []db.JobFailManyRow
+	if dist {
+		// On Citus the failure and its events are two statements, each run
+		// in one step on the tenant's shard, as for completion.
+		rs, err = writeGroupsThenEvents(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+			got, err := queries.JobFailManyRouted(ctx, q, db.JobFailManyRoutedParams(params(g)))
+			out := make([]db.JobFailManyRow, len(got))
+			for i, r := range got {
+				out[i] = db.JobFailManyRow(r)
+			}
+			return out, err
+		}, func(g tenantGroup, rs []db.JobFailManyRow) func(q db.DBTX) error {
+			kinds := make(map[uuid.UUID]string, len(g.at))
+			for _, i := range g.at {
+				kind, _ := reqs[i].kind()
+				kinds[reqs[i].JobID] = string(kind)
+			}
+			e := db.JobEventFailedManyParams{OrganizationID: g.tenant}
+			for _, r := range rs {
+				e.Ids = append(e.Ids, r.ID)
+				e.RunNumbers = append(e.RunNumbers, r.RunNumber)
+				e.Attempts = append(e.Attempts, r.Attempt)
+				e.Stages = append(e.Stages, r.Stage)
+				e.DeadLettered = append(e.DeadLettered, r.Status == db.JobStatusDEADLETTERED)
+				e.FailureKinds = append(e.FailureKinds, kinds[r.ID])
+				e.ErrorCodes = append(e.ErrorCodes, derefString(r.LastErrorCode))
+				e.ErrorMessages = append(e.ErrorMessages, derefString(r.LastErrorMessage))
+				e.NextRunAts = append(e.NextRunAts, r.NextRunAt)
+			}
+			return func(q db.DBTX) error { return queries.JobEventFailedMany(ctx, q, e) }
+		})
+	} else {
+		rs, err = writeGroups(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+			return queries.JobFailMany(ctx, q, params(g))
+		})
+	}
 	if err != nil {
 		return nil, err
 	}

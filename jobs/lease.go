@@ -157,11 +157,13 @@ func writeGroups[Row any](ctx context.Context, s *txn.Session, what string, grou
 // one round trip with every group's write (after BEGIN in an owned
 // session), then one with the events of the rows they returned (events
 // queues them for one group; nothing for no row) and, in an owned
-// session, COMMIT. So the batch and its events are written whole or not at
-// all; a lost reply to the second round trip is ErrCommitUnconfirmed.
+// session, COMMIT. events returns the statement writing one group's
+// events, or nil when its rows have none. So the batch and its events are
+// written whole or not at all; a lost reply to the second round trip is
+// ErrCommitUnconfirmed.
 func writeGroupsThenEvents[Row any](ctx context.Context, s *txn.Session, what string, groups []tenantGroup,
 	run func(q db.DBTX, g tenantGroup) ([]Row, error),
-	events func(q db.DBTX, g tenantGroup, rs []Row) error) ([]Row, error) {
+	events func(g tenantGroup, rs []Row) func(q db.DBTX) error) ([]Row, error) {
 	if len(groups) == 0 {
 		return nil, nil
 	}
@@ -181,8 +183,11 @@ func writeGroupsThenEvents[Row any](ctx context.Context, s *txn.Session, what st
 		if len(st.Val) == 0 {
 			continue
 		}
-		g, rs := groups[i], st.Val
-		txn.Queue(b, what+": events", func(q db.DBTX) (struct{}, error) { return struct{}{}, events(q, g, rs) })
+		write := events(groups[i], st.Val)
+		if write == nil {
+			continue
+		}
+		txn.Queue(b, what+": events", func(q db.DBTX) (struct{}, error) { return struct{}{}, write(q) })
 		queued = true
 	}
 	b.Commit(ctx)

@@ -462,10 +462,13 @@ SELECT * FROM completed;
 -- updated rows sent through the coordinator to every worker); the library
 -- sends it on Citus, and JobEventSucceededMany after it, in one
 -- transaction, with the rows it returned. The clock is
--- statement_timestamp(), the start of the statement (Citus refuses the
--- volatile clock_timestamp() in a routed write and evaluates stable
--- functions once on the coordinator, as it evaluated JobCompleteMany's
--- clock); MATERIALIZED keeps the planner reading the jobs by id.
+-- statement_timestamp(), the start of the statement: Citus refuses the
+-- volatile clock_timestamp() in a routed write. In a subquery of the
+-- UPDATE, Citus evaluates now() and statement_timestamp() once on the
+-- coordinator (as it evaluated JobCompleteMany's clock), so now() is the
+-- one the events' occurred_at gets there; OFFSET 0 keeps the subquery
+-- apart, so the shard's planner reads the jobs by id rather than by lease
+-- expiry.
 -- name: JobCompleteManyRouted :many
 WITH input AS (
     SELECT i.id,
@@ -477,9 +480,6 @@ WITH input AS (
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
-clock AS MATERIALIZED (
-    SELECT now() AS now, statement_timestamp() AS at
-),
 completed AS (
     UPDATE job_queue jq
     SET status = 'SUCCEEDED',
@@ -489,7 +489,7 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, clock
+    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -585,6 +585,76 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
        output, execution_resource_key
 FROM failed;
 
+-- JobFailManyRouted is JobFailMany without its events, for Citus as
+-- JobCompleteManyRouted is for JobCompleteMany (clock
+-- statement_timestamp()); JobEventFailedMany writes the events from its
+-- rows, in its transaction.
+-- name: JobFailManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@terminal::bool[])[i.ord] AS terminal,
+           (@failure_kinds::text[])[i.ord] AS failure_kind,
+           (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
+           NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
+           clock.now, clock.at
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+),
+failed AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                     THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                           THEN jq.next_run_at
+                           ELSE input.retry_at END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN input.now END,
+        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = input.error_code,
+        last_error_message = input.error_message
+    FROM input
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > input.at
+    RETURNING jq.*, input.failure_kind
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM failed;
+
+-- JobEventFailedMany writes the event of each failed attempt
+-- JobFailManyRouted recorded (@ids with, at the same position, the run,
+-- attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
+-- the stored error code and message ('' for none) and the retry's due
+-- time of the row it returned), as JobFailMany's own events: one
+-- query, no table read, one step on Citus.
+-- name: JobEventFailedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord],
+       CASE WHEN (@dead_lettered::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
+            ELSE 'RETRY_SCHEDULED'::job_event_type END,
+       (@stages::text[])[e.ord],
+       jsonb_strip_nulls(jsonb_build_object(
+           'failure_kind', (@failure_kinds::text[])[e.ord],
+           'error_code', NULLIF((@error_codes::text[])[e.ord], ''),
+           'error_message', NULLIF((@error_messages::text[])[e.ord], ''),
+           'next_run_at', CASE WHEN NOT (@dead_lettered::bool[])[e.ord] THEN (@next_run_ats::timestamptz[])[e.ord] END))
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+
 -- JobHeartbeatMany renews held leases: lease_expires_at = the database
 -- clock + the entry's lease, last_heartbeat_at = the clock, and, where the
 -- entry gives them, progress (-1: keep) and a checkpoint (NULL: keep). A
@@ -641,6 +711,63 @@ event AS (
 SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
        progress_done, progress_total, changed
 FROM beat;
+
+-- JobHeartbeatManyRouted is JobHeartbeatMany without its events, for
+-- Citus as JobCompleteManyRouted is for JobCompleteMany (clock
+-- statement_timestamp()), with each job's stage for the events;
+-- JobEventProgressMany writes the PROGRESS events of the changed rows,
+-- in its transaction.
+-- name: JobHeartbeatManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           clock.at + make_interval(secs => (@lease_seconds::float8[])[i.ord]) AS lease_until,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
+           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           clock.at
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
+),
+beat AS (
+    UPDATE job_queue jq
+    SET lease_expires_at = input.lease_until,
+        last_heartbeat_at = input.at,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input
+    JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > input.at
+    RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+              jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
+               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+)
+SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
+       progress_done, progress_total, changed, stage
+FROM beat;
+
+-- JobEventProgressMany writes one PROGRESS event for each renewed lease
+-- whose progress or checkpoint changed (@ids with, at the same position,
+-- the run, attempt, stage, progress (-1: NULL) and worker of the row
+-- JobHeartbeatManyRouted returned), as JobHeartbeatMany's own events: no
+-- table read, one step on Citus.
+-- name: JobEventProgressMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'PROGRESS',
+       (@stages::text[])[e.ord],
+       NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord])
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 
 -- JobReleaseMany hands leased jobs a worker has not started back, without
 -- spending their attempt: PENDING again at attempt - 1, stage queued,

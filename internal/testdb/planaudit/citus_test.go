@@ -42,7 +42,9 @@ var (
 	// are one statement, and on Citus sends the statements named instead,
 	// each of which Citus runs in one step.
 	oneServerForms = map[string][]string{
-		"JobCompleteMany": {"JobCompleteManyRouted", "JobEventSucceededMany"},
+		"JobCompleteMany":  {"JobCompleteManyRouted", "JobEventSucceededMany"},
+		"JobFailMany":      {"JobFailManyRouted", "JobEventFailedMany"},
+		"JobHeartbeatMany": {"JobHeartbeatManyRouted", "JobEventProgressMany"}, // the events only when an entry records progress
 	}
 )
 
@@ -55,8 +57,6 @@ var (
 // key (listed for each), not by the one snapshot it has on one server.
 var subplanned = map[string]string{
 	"JobCancel":                     updateThenEvents,
-	"JobFailMany":                   updateThenEvents,
-	"JobHeartbeatMany":              updateThenEvents,
 	"JobReleaseMany":                updateThenEvents,
 	"JobRecoverExpiredLeasesTenant": "the expired rows locked SKIP LOCKED first; " + updateThenEvents,
 	"JobRequeue":                    "the target locked FOR NO KEY UPDATE first; " + updateThenEvents,
