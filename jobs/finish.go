@@ -79,7 +79,9 @@ func (r CompleteRequest) lease() heldLease {
 
 // Complete marks a leased job SUCCEEDED in one statement on the pool and
 // returns it as stored: one SUCCEEDED event, finished_at set,
-// lease_expires_at cleared, the execution resource claim released.
+// lease_expires_at cleared, the execution resource claim released. (On
+// Citus: the write, then its event, in one transaction of two round trips;
+// see docs/SCALING.md.)
 //
 // It is compare-and-set on the lease: LEASED at this run and attempt to
 // this worker, the lease not expired by the database clock (even before
@@ -295,8 +297,9 @@ func Backoff(attempt int32) time.Duration {
 }
 
 // Fail records a failed attempt of a leased job in one statement on the
-// pool and returns the job as stored after it. The lease and scope are
-// compared, and a miss reported, exactly as by Complete.
+// pool (on Citus two round trips, as for Complete) and returns the job as
+// stored after it. The lease and scope are compared, and a miss reported,
+// exactly as by Complete.
 //
 // With attempts left (attempt < max_attempts) and a retryable kind the job
 // returns to PENDING, stage scheduled, due after the retry delay, worker

@@ -104,9 +104,11 @@ type HeartbeatResult struct {
 	Recorded bool
 }
 
-// Heartbeat renews a lease in one statement on the pool: fenced on the
-// lease and the database clock as Complete is (LEASED at this run and
-// attempt to this worker, not yet expired), it sets lease_expires_at to the
+// Heartbeat renews a lease in one statement on the pool (on Citus, two
+// round trips as for Complete when it records progress or a checkpoint):
+// fenced on the lease and the database clock as Complete is (LEASED at
+// this run and attempt to this worker, not yet expired), it sets
+// lease_expires_at to the
 // database's clock plus req.Lease and last_heartbeat_at to the clock,
 // renews the job's execution resource claim with the lease, and records
 // the progress and checkpoint the request gives. A heartbeat that changes
