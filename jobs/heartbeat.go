@@ -168,10 +168,9 @@ func heartbeatMany(ctx context.Context, s *txn.Session, reqs []HeartbeatRequest)
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return p
 	}
-	dist, err := s.Distributed(ctx)
-	if err != nil {
-		return nil, err
-	}
+	// Citus's form once the process knows the database runs Citus (a
+	// claim asks); the one-server statement is correct there too, in steps.
+	dist, _ := s.KnownDistributed()
 	var rs []db.JobHeartbeatManyRow
 	switch {
 	case dist && recordsProgress(reqs):
