@@ -324,7 +324,7 @@ func (q *Queries) JobClaim(ctx context.Context, db DBTX, arg JobClaimParams) ([]
 
 const jobClaimTenant = `-- name: JobClaimTenant :many
 WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key
     FROM job_queue jq
     WHERE jq.status = 'PENDING'
       AND jq.organization_id = $1
@@ -344,30 +344,6 @@ WITH candidates AS MATERIALIZED (
     LIMIT $3
     FOR UPDATE OF jq SKIP LOCKED
 ),
-acquired AS (
-    INSERT INTO job_execution_resource_claims AS rc (
-        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
-    )
-    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
-           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
-           $4::text, now() + make_interval(secs => $5::float8)
-    FROM candidates
-    JOIN job_queue jq ON jq.organization_id = $1 AND jq.id = candidates.id
-    WHERE candidates.execution_resource_key IS NOT NULL
-    ORDER BY candidates.organization_id, candidates.execution_resource_key,
-             candidates.priority DESC, candidates.next_run_at, candidates.created_at
-    ON CONFLICT (organization_id, resource_key) DO UPDATE
-    SET job_id = EXCLUDED.job_id,
-        run_number = EXCLUDED.run_number,
-        attempt = EXCLUDED.attempt,
-        worker_id = EXCLUDED.worker_id,
-        lease_expires_at = EXCLUDED.lease_expires_at,
-        release_after = NULL,
-        acquired_at = EXCLUDED.acquired_at
-    WHERE rc.release_after IS NOT NULL
-      AND rc.release_after <= EXCLUDED.acquired_at
-    RETURNING rc.job_id
-),
 leased AS (
     UPDATE job_queue
     SET status = 'LEASED',
@@ -378,23 +354,17 @@ leased AS (
         started_at = now(),
         finished_at = NULL,
         stage = 'running'
-    -- An array built before the update starts (an InitPlan), so that every
-    -- resource claim is in place when the lease trigger checks for it.
-    WHERE job_queue.id = ANY(ARRAY(
-              SELECT id FROM candidates WHERE execution_resource_key IS NULL
-              UNION ALL
-              SELECT job_id FROM acquired))
+    WHERE job_queue.id = ANY(ARRAY(SELECT id FROM candidates WHERE execution_resource_key IS NULL))
       AND job_queue.organization_id = $1
       AND job_queue.status = 'PENDING'
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
-),
-event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
-    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
-           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
-    FROM leased
 )
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
+UNION ALL
+SELECT jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
+FROM candidates c
+JOIN job_queue jq ON jq.organization_id = $1 AND jq.id = c.id
+WHERE c.execution_resource_key IS NOT NULL
 ORDER BY priority DESC, next_run_at, created_at
 `
 
@@ -446,8 +416,16 @@ type JobClaimTenantRow struct {
 // PENDING jobs in claim order on idx_job_queue_tenant_claim (created on
 // Citus only) and passes over those not yet due, so a tenant's jobs
 // scheduled for later at a higher priority than its due ones are read.
-// The rest is JobClaim's: SKIP LOCKED, one resource claim per key and
-// tenant, the lease, one LEASED event each.
+// Like JobClaim it locks up to @max_jobs candidates SKIP LOCKED, but it
+// writes only what Citus runs in one step on the tenant's shard (a SELECT
+// and an UPDATE; an INSERT in a CTE, or an INSERT into job_events, whose
+// id Citus draws on the coordinator, would be planned as steps of their
+// own whose rows travel through the coordinator to every worker): it
+// leases the candidates without an execution resource key and returns
+// them LEASED, and returns the candidates with a key as they are (still
+// PENDING, locked until the transaction ends), in claim order. The caller
+// then leases those with JobClaimTenantKeyed and writes the LEASED events
+// with JobEventLeasedMany, in the same transaction.
 func (q *Queries) JobClaimTenant(ctx context.Context, db DBTX, arg JobClaimTenantParams) ([]JobClaimTenantRow, error) {
 	rows, err := db.Query(ctx, jobClaimTenant,
 		arg.OrganizationID,
@@ -463,6 +441,164 @@ func (q *Queries) JobClaimTenant(ctx context.Context, db DBTX, arg JobClaimTenan
 	var items []JobClaimTenantRow
 	for rows.Next() {
 		var i JobClaimTenantRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobClaimTenantKeyed = `-- name: JobClaimTenantKeyed :many
+WITH candidates AS MATERIALIZED (
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    FROM job_queue jq
+    WHERE jq.organization_id = $1
+      AND jq.id = ANY($2::uuid[])
+      AND jq.status = 'PENDING'
+      AND jq.execution_resource_key IS NOT NULL
+    FOR UPDATE OF jq
+),
+acquired AS (
+    INSERT INTO job_execution_resource_claims AS rc (
+        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
+           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+           $3::text, now() + make_interval(secs => $4::float8)
+    FROM candidates
+    JOIN job_queue jq ON jq.organization_id = $1 AND jq.id = candidates.id
+    ORDER BY candidates.organization_id, candidates.execution_resource_key,
+             candidates.priority DESC, candidates.next_run_at, candidates.created_at
+    ON CONFLICT (organization_id, resource_key) DO UPDATE
+    SET job_id = EXCLUDED.job_id,
+        run_number = EXCLUDED.run_number,
+        attempt = EXCLUDED.attempt,
+        worker_id = EXCLUDED.worker_id,
+        lease_expires_at = EXCLUDED.lease_expires_at,
+        release_after = NULL,
+        acquired_at = EXCLUDED.acquired_at
+    WHERE rc.release_after IS NOT NULL
+      AND rc.release_after <= EXCLUDED.acquired_at
+    RETURNING rc.job_id
+),
+leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = $3::text,
+        lease_expires_at = now() + make_interval(secs => $4::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    -- An array built before the update starts (an InitPlan), so that every
+    -- resource claim is in place when the lease trigger checks for it.
+    WHERE job_queue.id = ANY(ARRAY(SELECT job_id FROM acquired))
+      AND job_queue.organization_id = $1
+      AND job_queue.status = 'PENDING'
+    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
+ORDER BY priority DESC, next_run_at, created_at
+`
+
+type JobClaimTenantKeyedParams struct {
+	OrganizationID uuid.UUID
+	Ids            []uuid.UUID
+	WorkerID       string
+	LeaseSeconds   float64
+}
+
+type JobClaimTenantKeyedRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobClaimTenantKeyed leases the candidates with an execution resource key
+// that JobClaimTenant returned PENDING (@ids, locked by it in the same
+// transaction), as JobClaim does: one resource claim per key and tenant,
+// taken by the key's most urgent candidate if the key is free (or its
+// claim released and past release_after), and only a candidate that took
+// its key's claim is leased. It returns the leased jobs in claim order;
+// their LEASED events are written by JobEventLeasedMany. On Citus it runs
+// in steps (its INSERT in a CTE), only when a claim met keyed jobs.
+func (q *Queries) JobClaimTenantKeyed(ctx context.Context, db DBTX, arg JobClaimTenantKeyedParams) ([]JobClaimTenantKeyedRow, error) {
+	rows, err := db.Query(ctx, jobClaimTenantKeyed,
+		arg.OrganizationID,
+		arg.Ids,
+		arg.WorkerID,
+		arg.LeaseSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobClaimTenantKeyedRow
+	for rows.Next() {
+		var i JobClaimTenantKeyedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobType,
@@ -625,6 +761,156 @@ func (q *Queries) JobCompleteMany(ctx context.Context, db DBTX, arg JobCompleteM
 	var items []JobCompleteManyRow
 	for rows.Next() {
 		var i JobCompleteManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobCompleteManyRouted = `-- name: JobCompleteManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::jsonb[])[i.ord] AS output,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
+    FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+completed AS (
+    UPDATE job_queue jq
+    SET status = 'SUCCEEDED',
+        stage = 'completed',
+        output = input.output,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        finished_at = clock.now,
+        lease_expires_at = NULL
+    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+    WHERE jq.organization_id = $8
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM completed
+`
+
+type JobCompleteManyRoutedParams struct {
+	RunNumbers     []int32
+	Attempts       []int32
+	WorkerIds      []string
+	Outputs        []json.RawMessage
+	ProgressDone   []int64
+	ProgressTotal  []int64
+	Ids            []uuid.UUID
+	OrganizationID uuid.UUID
+}
+
+type JobCompleteManyRoutedRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobCompleteManyRouted is JobCompleteMany without its events, in the
+// shape Citus runs in one step on the tenant's shard (JobCompleteMany's
+// event INSERT in a CTE would be planned as steps of their own, the
+// updated rows sent through the coordinator to every worker); the library
+// sends it on Citus, and JobEventSucceededMany after it, in one
+// transaction, with the rows it returned. The clock is
+// statement_timestamp(), the start of the statement: Citus refuses the
+// volatile clock_timestamp() in a routed write. In a subquery of the
+// UPDATE, Citus evaluates now() and statement_timestamp() once on the
+// coordinator (as it evaluated JobCompleteMany's clock), so now() is the
+// one the events' occurred_at gets there; OFFSET 0 keeps the subquery
+// apart, so the shard's planner reads the jobs by id rather than by lease
+// expiry.
+func (q *Queries) JobCompleteManyRouted(ctx context.Context, db DBTX, arg JobCompleteManyRoutedParams) ([]JobCompleteManyRoutedRow, error) {
+	rows, err := db.Query(ctx, jobCompleteManyRouted,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.Outputs,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.Ids,
+		arg.OrganizationID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobCompleteManyRoutedRow
+	for rows.Next() {
+		var i JobCompleteManyRoutedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobType,
@@ -835,6 +1121,172 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 	return i, err
 }
 
+const jobEventFailedMany = `-- name: JobEventFailedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord],
+       CASE WHEN ($4::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
+            ELSE 'RETRY_SCHEDULED'::job_event_type END,
+       ($5::text[])[e.ord],
+       jsonb_strip_nulls(jsonb_build_object(
+           'failure_kind', ($6::text[])[e.ord],
+           'error_code', NULLIF(($7::text[])[e.ord], ''),
+           'error_message', NULLIF(($8::text[])[e.ord], ''),
+           'next_run_at', CASE WHEN NOT ($4::bool[])[e.ord] THEN ($9::timestamptz[])[e.ord] END))
+FROM unnest($10::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventFailedManyParams struct {
+	OrganizationID uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	DeadLettered   []bool
+	Stages         []string
+	FailureKinds   []string
+	ErrorCodes     []string
+	ErrorMessages  []string
+	NextRunAts     []time.Time
+	Ids            []uuid.UUID
+}
+
+// JobEventFailedMany writes the event of each failed attempt
+// JobFailManyRouted recorded (@ids with, at the same position, the run,
+// attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
+// the stored error code and message (” for none) and the retry's due
+// time of the row it returned), as JobFailMany's own events: one
+// query, no table read, one step on Citus.
+func (q *Queries) JobEventFailedMany(ctx context.Context, db DBTX, arg JobEventFailedManyParams) error {
+	_, err := db.Exec(ctx, jobEventFailedMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.DeadLettered,
+		arg.Stages,
+		arg.FailureKinds,
+		arg.ErrorCodes,
+		arg.ErrorMessages,
+		arg.NextRunAts,
+		arg.Ids,
+	)
+	return err
+}
+
+const jobEventLeasedMany = `-- name: JobEventLeasedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'LEASED',
+       ($4::text[])[e.ord],
+       jsonb_build_object('worker_id', $5::text,
+                          'lease_expires_at', ($6::timestamptz[])[e.ord])
+FROM unnest($7::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventLeasedManyParams struct {
+	OrganizationID  uuid.UUID
+	RunNumbers      []int32
+	Attempts        []int32
+	Stages          []string
+	WorkerID        string
+	LeaseExpiresAts []time.Time
+	Ids             []uuid.UUID
+}
+
+// JobEventLeasedMany writes the LEASED event of each job a tenant's claim
+// leased (@ids with, at the same position, the run, attempt, stage and
+// lease expiry the lease returned), naming the worker: the events JobClaim writes in its own statement, here
+// from the rows JobClaimTenant and JobClaimTenantKeyed returned, in their
+// transaction. It reads no table, so on Citus the coordinator draws the
+// event ids and sends the rows to the tenant's shard in one step.
+func (q *Queries) JobEventLeasedMany(ctx context.Context, db DBTX, arg JobEventLeasedManyParams) error {
+	_, err := db.Exec(ctx, jobEventLeasedMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.Stages,
+		arg.WorkerID,
+		arg.LeaseExpiresAts,
+		arg.Ids,
+	)
+	return err
+}
+
+const jobEventProgressMany = `-- name: JobEventProgressMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'PROGRESS',
+       ($4::text[])[e.ord],
+       NULLIF(($5::bigint[])[e.ord], -1), NULLIF(($6::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', ($7::text[])[e.ord])
+FROM unnest($8::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventProgressManyParams struct {
+	OrganizationID uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	Stages         []string
+	ProgressDone   []int64
+	ProgressTotal  []int64
+	WorkerIds      []string
+	Ids            []uuid.UUID
+}
+
+// JobEventProgressMany writes one PROGRESS event for each renewed lease
+// whose progress or checkpoint changed (@ids with, at the same position,
+// the run, attempt, stage, progress (-1: NULL) and worker of the row
+// JobHeartbeatManyRouted returned), as JobHeartbeatMany's own events: no
+// table read, one step on Citus.
+func (q *Queries) JobEventProgressMany(ctx context.Context, db DBTX, arg JobEventProgressManyParams) error {
+	_, err := db.Exec(ctx, jobEventProgressMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.Stages,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.WorkerIds,
+		arg.Ids,
+	)
+	return err
+}
+
+const jobEventSucceededMany = `-- name: JobEventSucceededMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'SUCCEEDED',
+       ($4::text[])[e.ord],
+       NULLIF(($5::bigint[])[e.ord], -1), NULLIF(($6::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', ($7::text[])[e.ord])
+FROM unnest($8::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventSucceededManyParams struct {
+	OrganizationID uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	Stages         []string
+	ProgressDone   []int64
+	ProgressTotal  []int64
+	WorkerIds      []string
+	Ids            []uuid.UUID
+}
+
+// JobEventSucceededMany writes the SUCCEEDED event of each job
+// JobCompleteManyRouted completed (@ids with, at the same position, the
+// run, attempt, stage, progress (-1: NULL) and worker of the row it
+// returned), as JobCompleteMany's own event. It reads no table, so on
+// Citus the coordinator draws the event ids and sends the rows to the
+// tenant's shard in one step.
+func (q *Queries) JobEventSucceededMany(ctx context.Context, db DBTX, arg JobEventSucceededManyParams) error {
+	_, err := db.Exec(ctx, jobEventSucceededMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.Stages,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.WorkerIds,
+		arg.Ids,
+	)
+	return err
+}
+
 const jobFailMany = `-- name: JobFailMany :many
 WITH clock AS (
     SELECT now() AS now, clock_timestamp() AS at
@@ -972,6 +1424,166 @@ func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParam
 	var items []JobFailManyRow
 	for rows.Next() {
 		var i JobFailManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobFailManyRouted = `-- name: JobFailManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           ($4::bool[])[i.ord] AS terminal,
+           ($5::text[])[i.ord] AS failure_kind,
+           ($6::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF(($7::text[])[i.ord], '') AS error_code,
+           NULLIF(($8::text[])[i.ord], '') AS error_message,
+           clock.now + make_interval(secs => ($6::float8[])[i.ord]) AS retry_at,
+           clock.now, clock.at
+    FROM unnest($9::uuid[]) WITH ORDINALITY AS i(id, ord)
+    CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+),
+failed AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                     THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                           THEN jq.next_run_at
+                           ELSE input.retry_at END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN input.now END,
+        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = input.error_code,
+        last_error_message = input.error_message
+    FROM input
+    WHERE jq.organization_id = $10
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > input.at
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.failure_kind
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM failed
+`
+
+type JobFailManyRoutedParams struct {
+	RunNumbers        []int32
+	Attempts          []int32
+	WorkerIds         []string
+	Terminal          []bool
+	FailureKinds      []string
+	RetryDelaySeconds []float64
+	ErrorCodes        []string
+	ErrorMessages     []string
+	Ids               []uuid.UUID
+	OrganizationID    uuid.UUID
+}
+
+type JobFailManyRoutedRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobFailManyRouted is JobFailMany without its events, for Citus as
+// JobCompleteManyRouted is for JobCompleteMany (clock
+// statement_timestamp()); JobEventFailedMany writes the events from its
+// rows, in its transaction.
+func (q *Queries) JobFailManyRouted(ctx context.Context, db DBTX, arg JobFailManyRoutedParams) ([]JobFailManyRoutedRow, error) {
+	rows, err := db.Query(ctx, jobFailManyRouted,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.Terminal,
+		arg.FailureKinds,
+		arg.RetryDelaySeconds,
+		arg.ErrorCodes,
+		arg.ErrorMessages,
+		arg.Ids,
+		arg.OrganizationID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobFailManyRoutedRow
+	for rows.Next() {
+		var i JobFailManyRoutedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobType,
@@ -1272,6 +1884,117 @@ func (q *Queries) JobHeartbeatMany(ctx context.Context, db DBTX, arg JobHeartbea
 			&i.ProgressDone,
 			&i.ProgressTotal,
 			&i.Changed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobHeartbeatManyRouted = `-- name: JobHeartbeatManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id,
+           clock.at + make_interval(secs => ($4::float8[])[i.ord]) AS lease_until,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total,
+           ($7::jsonb[])[i.ord] AS checkpoint,
+           clock.at
+    FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
+    CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
+),
+beat AS (
+    UPDATE job_queue jq
+    SET lease_expires_at = input.lease_until,
+        last_heartbeat_at = input.at,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input
+    JOIN job_queue before ON before.organization_id = $9 AND before.id = input.id
+    WHERE jq.organization_id = $9
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > input.at
+    RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+              jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
+               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+)
+SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
+       progress_done, progress_total, changed, stage
+FROM beat
+`
+
+type JobHeartbeatManyRoutedParams struct {
+	RunNumbers     []int32
+	Attempts       []int32
+	WorkerIds      []string
+	LeaseSeconds   []float64
+	ProgressDone   []int64
+	ProgressTotal  []int64
+	Checkpoints    []json.RawMessage
+	Ids            []uuid.UUID
+	OrganizationID uuid.UUID
+}
+
+type JobHeartbeatManyRoutedRow struct {
+	ID              uuid.UUID
+	OrganizationID  uuid.UUID
+	RunNumber       int32
+	Attempt         int32
+	LeaseExpiresAt  *time.Time
+	LastHeartbeatAt *time.Time
+	ProgressDone    *int64
+	ProgressTotal   *int64
+	Changed         bool
+	Stage           string
+}
+
+// JobHeartbeatManyRouted is JobHeartbeatMany without its events, for
+// Citus as JobCompleteManyRouted is for JobCompleteMany (clock
+// statement_timestamp()), with each job's stage for the events;
+// JobEventProgressMany writes the PROGRESS events of the changed rows,
+// in its transaction.
+func (q *Queries) JobHeartbeatManyRouted(ctx context.Context, db DBTX, arg JobHeartbeatManyRoutedParams) ([]JobHeartbeatManyRoutedRow, error) {
+	rows, err := db.Query(ctx, jobHeartbeatManyRouted,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.LeaseSeconds,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.Checkpoints,
+		arg.Ids,
+		arg.OrganizationID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobHeartbeatManyRoutedRow
+	for rows.Next() {
+		var i JobHeartbeatManyRoutedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrganizationID,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.Changed,
+			&i.Stage,
 		); err != nil {
 			return nil, err
 		}

@@ -118,8 +118,13 @@ func claim(ctx context.Context, s *txn.Session, req ClaimRequest) ([]runledger.J
 // until the limit is reached or the tenants run out. Within a tenant the
 // order is the claim order; across tenants a claim may lease a tenant's
 // less urgent job before a more urgent one of the next tenant listed.
-// Round trips: the listing (with BEGIN), one per tenant claimed from, and
-// COMMIT.
+// Each tenant's claim is statements Citus runs in one step on the tenant's
+// shard (JobClaimTenant; then, only for candidates with an execution
+// resource key, JobClaimTenantKeyed), and the LEASED events of every
+// tenant are written with the COMMIT (JobEventLeasedMany). Round trips:
+// the listing (with BEGIN), one per tenant claimed from (two when it met
+// keyed candidates), and COMMIT with the events; in a caller's
+// transaction the events are a round trip of their own.
 func claimTenantByTenant(ctx context.Context, s *txn.Session, req ClaimRequest, types []string) ([]runledger.Job, error) {
 	b := s.Batch(ctx)
 	tenants := txn.Queue(b, "list tenants with due jobs", func(q db.DBTX) ([]uuid.UUID, error) {
@@ -129,30 +134,97 @@ func claimTenantByTenant(ctx context.Context, s *txn.Session, req ClaimRequest, 
 		return nil, err
 	}
 	var jobs []runledger.Job
+	var events []db.JobEventLeasedManyParams
 	for _, tenant := range tenants.Val {
 		if len(jobs) >= req.Limit {
 			break
 		}
-		leased, err := queries.JobClaimTenant(ctx, s.DB(), db.JobClaimTenantParams{
+		leased, err := claimTenant(ctx, s, req, types, tenant, req.Limit-len(jobs))
+		if err != nil {
+			return nil, err
+		}
+		if len(leased) == 0 {
+			continue
+		}
+		ev := db.JobEventLeasedManyParams{OrganizationID: tenant, WorkerID: req.WorkerID}
+		for _, r := range leased {
+			job, err := rows.Job(r)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, job)
+			ev.Ids = append(ev.Ids, r.ID)
+			ev.RunNumbers = append(ev.RunNumbers, r.RunNumber)
+			ev.Attempts = append(ev.Attempts, r.Attempt)
+			ev.Stages = append(ev.Stages, r.Stage)
+			ev.LeaseExpiresAts = append(ev.LeaseExpiresAts, *r.LeaseExpiresAt)
+		}
+		events = append(events, ev)
+	}
+	if len(events) == 0 {
+		return jobs, commit(ctx, s)
+	}
+	b = s.Batch(ctx)
+	for _, ev := range events {
+		txn.Queue(b, "write the claim's events", func(q db.DBTX) (struct{}, error) {
+			return struct{}{}, queries.JobEventLeasedMany(ctx, q, ev)
+		})
+	}
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// claimTenant leases up to limit of one tenant's due jobs, in claim order:
+// JobClaimTenant leases the candidates without an execution resource key
+// and returns those with one still PENDING (locked), which
+// JobClaimTenantKeyed then leases where they take their key's claim.
+func claimTenant(ctx context.Context, s *txn.Session, req ClaimRequest, types []string, tenant uuid.UUID, limit int) ([]db.JobQueue, error) {
+	got, err := queries.JobClaimTenant(ctx, s.DB(), db.JobClaimTenantParams{
+		OrganizationID: tenant,
+		JobTypes:       types,
+		MaxJobs:        int32(limit),
+		WorkerID:       req.WorkerID,
+		LeaseSeconds:   req.Lease.Seconds(),
+	})
+	if err != nil {
+		return nil, dberr.Translate(ctx, "claim jobs", err)
+	}
+	var keyed []uuid.UUID
+	for _, r := range got {
+		if r.Status != db.JobStatusLEASED {
+			keyed = append(keyed, r.ID)
+		}
+	}
+	var leasedKeyed map[uuid.UUID]db.JobQueue
+	if len(keyed) > 0 {
+		more, err := queries.JobClaimTenantKeyed(ctx, s.DB(), db.JobClaimTenantKeyedParams{
 			OrganizationID: tenant,
-			JobTypes:       types,
-			MaxJobs:        int32(req.Limit - len(jobs)),
+			Ids:            keyed,
 			WorkerID:       req.WorkerID,
 			LeaseSeconds:   req.Lease.Seconds(),
 		})
 		if err != nil {
 			return nil, dberr.Translate(ctx, "claim jobs", err)
 		}
-		got, err := rows.All(leased, func(r db.JobClaimTenantRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
-		if err != nil {
-			return nil, err
+		leasedKeyed = make(map[uuid.UUID]db.JobQueue, len(more))
+		for _, r := range more {
+			leasedKeyed[r.ID] = db.JobQueue(r)
 		}
-		jobs = append(jobs, got...)
 	}
-	if err := commit(ctx, s); err != nil {
-		return nil, err
+	// JobClaimTenant's order is the claim order; a keyed candidate keeps
+	// its place if it was leased.
+	out := make([]db.JobQueue, 0, len(got))
+	for _, r := range got {
+		if r.Status == db.JobStatusLEASED {
+			out = append(out, db.JobQueue(r))
+		} else if l, ok := leasedKeyed[r.ID]; ok {
+			out = append(out, l)
+		}
 	}
-	return jobs, nil
+	return out, nil
 }
 
 // commit ends an owned session's open transaction with COMMIT, one round

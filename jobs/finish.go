@@ -79,7 +79,9 @@ func (r CompleteRequest) lease() heldLease {
 
 // Complete marks a leased job SUCCEEDED in one statement on the pool and
 // returns it as stored: one SUCCEEDED event, finished_at set,
-// lease_expires_at cleared, the execution resource claim released.
+// lease_expires_at cleared, the execution resource claim released. (On
+// Citus: the write, then its event, in one transaction of two round trips;
+// see docs/SCALING.md.)
 //
 // It is compare-and-set on the lease: LEASED at this run and attempt to
 // this worker, the lease not expired by the database clock (even before
@@ -136,7 +138,7 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 	if err != nil {
 		return nil, err
 	}
-	rs, err := writeGroups(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+	params := func(g tenantGroup) db.JobCompleteManyParams {
 		var a leaseArrays
 		p := db.JobCompleteManyParams{OrganizationID: g.tenant}
 		for _, i := range g.at {
@@ -147,8 +149,40 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 			p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
 		}
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
-		return queries.JobCompleteMany(ctx, q, p)
-	})
+		return p
+	}
+	// Citus's form once the process knows the database runs Citus (a
+	// claim asks); the one-server statement is correct there too, in steps.
+	dist, _ := s.KnownDistributed()
+	var rs []db.JobCompleteManyRow
+	if dist {
+		// On Citus the completion and its events are two statements, each
+		// run in one step on the tenant's shard (JobCompleteManyRouted).
+		rs, err = writeGroupsThenEvents(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+			got, err := queries.JobCompleteManyRouted(ctx, q, db.JobCompleteManyRoutedParams(params(g)))
+			out := make([]db.JobCompleteManyRow, len(got))
+			for i, r := range got {
+				out[i] = db.JobCompleteManyRow(r)
+			}
+			return out, err
+		}, func(g tenantGroup, rs []db.JobCompleteManyRow) func(q db.DBTX) error {
+			e := db.JobEventSucceededManyParams{OrganizationID: g.tenant}
+			for _, r := range rs {
+				e.Ids = append(e.Ids, r.ID)
+				e.RunNumbers = append(e.RunNumbers, r.RunNumber)
+				e.Attempts = append(e.Attempts, r.Attempt)
+				e.Stages = append(e.Stages, r.Stage)
+				e.ProgressDone = append(e.ProgressDone, orKeep(r.ProgressDone))
+				e.ProgressTotal = append(e.ProgressTotal, orKeep(r.ProgressTotal))
+				e.WorkerIds = append(e.WorkerIds, derefString(r.WorkerID))
+			}
+			return func(q db.DBTX) error { return queries.JobEventSucceededMany(ctx, q, e) }
+		})
+	} else {
+		rs, err = writeGroups(ctx, s, "complete jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobCompleteManyRow, error) {
+			return queries.JobCompleteMany(ctx, q, params(g))
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -262,8 +296,9 @@ func Backoff(attempt int32) time.Duration {
 }
 
 // Fail records a failed attempt of a leased job in one statement on the
-// pool and returns the job as stored after it. The lease and scope are
-// compared, and a miss reported, exactly as by Complete.
+// pool (on Citus two round trips, as for Complete) and returns the job as
+// stored after it. The lease and scope are compared, and a miss reported,
+// exactly as by Complete.
 //
 // With attempts left (attempt < max_attempts) and a retryable kind the job
 // returns to PENDING, stage scheduled, due after the retry delay, worker
@@ -307,7 +342,7 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 	if err != nil {
 		return nil, err
 	}
-	rs, err := writeGroups(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+	params := func(g tenantGroup) db.JobFailManyParams {
 		var a leaseArrays
 		p := db.JobFailManyParams{OrganizationID: g.tenant}
 		for _, i := range g.at {
@@ -325,11 +360,58 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 			p.ErrorMessages = append(p.ErrorMessages, r.ErrorMessage)
 		}
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
-		return queries.JobFailMany(ctx, q, p)
-	})
+		return p
+	}
+	// Citus's form once the process knows the database runs Citus (a
+	// claim asks); the one-server statement is correct there too, in steps.
+	dist, _ := s.KnownDistributed()
+	var rs []db.JobFailManyRow
+	if dist {
+		// On Citus the failure and its events are two statements, each run
+		// in one step on the tenant's shard, as for completion.
+		rs, err = writeGroupsThenEvents(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+			got, err := queries.JobFailManyRouted(ctx, q, db.JobFailManyRoutedParams(params(g)))
+			out := make([]db.JobFailManyRow, len(got))
+			for i, r := range got {
+				out[i] = db.JobFailManyRow(r)
+			}
+			return out, err
+		}, func(g tenantGroup, rs []db.JobFailManyRow) func(q db.DBTX) error {
+			kinds := make(map[uuid.UUID]string, len(g.at))
+			for _, i := range g.at {
+				kind, _ := reqs[i].kind()
+				kinds[reqs[i].JobID] = string(kind)
+			}
+			e := db.JobEventFailedManyParams{OrganizationID: g.tenant}
+			for _, r := range rs {
+				e.Ids = append(e.Ids, r.ID)
+				e.RunNumbers = append(e.RunNumbers, r.RunNumber)
+				e.Attempts = append(e.Attempts, r.Attempt)
+				e.Stages = append(e.Stages, r.Stage)
+				e.DeadLettered = append(e.DeadLettered, r.Status == db.JobStatusDEADLETTERED)
+				e.FailureKinds = append(e.FailureKinds, kinds[r.ID])
+				e.ErrorCodes = append(e.ErrorCodes, derefString(r.LastErrorCode))
+				e.ErrorMessages = append(e.ErrorMessages, derefString(r.LastErrorMessage))
+				e.NextRunAts = append(e.NextRunAts, r.NextRunAt)
+			}
+			return func(q db.DBTX) error { return queries.JobEventFailedMany(ctx, q, e) }
+		})
+	} else {
+		rs, err = writeGroups(ctx, s, "fail jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobFailManyRow, error) {
+			return queries.JobFailMany(ctx, q, params(g))
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
 	return byID("fail", leases, rs, func(r db.JobFailManyRow) uuid.UUID { return r.ID },
 		func(r db.JobFailManyRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+}
+
+// derefString is *p, or "" for nil.
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

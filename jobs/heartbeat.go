@@ -104,9 +104,11 @@ type HeartbeatResult struct {
 	Recorded bool
 }
 
-// Heartbeat renews a lease in one statement on the pool: fenced on the
-// lease and the database clock as Complete is (LEASED at this run and
-// attempt to this worker, not yet expired), it sets lease_expires_at to the
+// Heartbeat renews a lease in one statement on the pool (on Citus, two
+// round trips as for Complete when it records progress or a checkpoint):
+// fenced on the lease and the database clock as Complete is (LEASED at
+// this run and attempt to this worker, not yet expired), it sets
+// lease_expires_at to the
 // database's clock plus req.Lease and last_heartbeat_at to the clock,
 // renews the job's execution resource claim with the lease, and records
 // the progress and checkpoint the request gives. A heartbeat that changes
@@ -152,7 +154,7 @@ func heartbeatMany(ctx context.Context, s *txn.Session, reqs []HeartbeatRequest)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := writeGroups(ctx, s, "renew job leases", groups, func(q db.DBTX, g tenantGroup) ([]db.JobHeartbeatManyRow, error) {
+	params := func(g tenantGroup) db.JobHeartbeatManyParams {
 		var a leaseArrays
 		p := db.JobHeartbeatManyParams{OrganizationID: g.tenant}
 		for _, i := range g.at {
@@ -164,8 +166,56 @@ func heartbeatMany(ctx context.Context, s *txn.Session, reqs []HeartbeatRequest)
 			p.Checkpoints = append(p.Checkpoints, r.Checkpoint)
 		}
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
-		return queries.JobHeartbeatMany(ctx, q, p)
-	})
+		return p
+	}
+	// Citus's form once the process knows the database runs Citus (a
+	// claim asks); the one-server statement is correct there too, in steps.
+	dist, _ := s.KnownDistributed()
+	var rs []db.JobHeartbeatManyRow
+	switch {
+	case dist && recordsProgress(reqs):
+		// On Citus the renewal and its events are two statements, each run
+		// in one step on the tenant's shard, as for completion.
+		var stages map[uuid.UUID]string
+		rs, err = writeGroupsThenEvents(ctx, s, "renew job leases", groups, func(q db.DBTX, g tenantGroup) ([]db.JobHeartbeatManyRow, error) {
+			got, err := queries.JobHeartbeatManyRouted(ctx, q, db.JobHeartbeatManyRoutedParams(params(g)))
+			return heartbeatRows(got, &stages), err
+		}, func(g tenantGroup, rs []db.JobHeartbeatManyRow) func(q db.DBTX) error {
+			workers := make(map[uuid.UUID]string, len(g.at))
+			for _, i := range g.at {
+				workers[leases[i].JobID] = leases[i].WorkerID
+			}
+			e := db.JobEventProgressManyParams{OrganizationID: g.tenant}
+			for _, r := range rs {
+				if !r.Changed {
+					continue
+				}
+				e.Ids = append(e.Ids, r.ID)
+				e.RunNumbers = append(e.RunNumbers, r.RunNumber)
+				e.Attempts = append(e.Attempts, r.Attempt)
+				e.Stages = append(e.Stages, stages[r.ID])
+				e.ProgressDone = append(e.ProgressDone, orKeep(r.ProgressDone))
+				e.ProgressTotal = append(e.ProgressTotal, orKeep(r.ProgressTotal))
+				e.WorkerIds = append(e.WorkerIds, workers[r.ID])
+			}
+			if len(e.Ids) == 0 {
+				return nil
+			}
+			return func(q db.DBTX) error { return queries.JobEventProgressMany(ctx, q, e) }
+		})
+	case dist:
+		// No entry records progress or a checkpoint, so no lease renewed
+		// changes either and there are no events: the renewal alone, in one
+		// step on Citus, as one statement per tenant like writeGroups.
+		rs, err = writeGroups(ctx, s, "renew job leases", groups, func(q db.DBTX, g tenantGroup) ([]db.JobHeartbeatManyRow, error) {
+			got, err := queries.JobHeartbeatManyRouted(ctx, q, db.JobHeartbeatManyRoutedParams(params(g)))
+			return heartbeatRows(got, nil), err
+		})
+	default:
+		rs, err = writeGroups(ctx, s, "renew job leases", groups, func(q db.DBTX, g tenantGroup) ([]db.JobHeartbeatManyRow, error) {
+			return queries.JobHeartbeatMany(ctx, q, params(g))
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -234,4 +284,33 @@ func release(ctx context.Context, s *txn.Session, reqs []ReleaseRequest) ([]Resu
 	}
 	return byID("release", leases, rs, func(r db.JobReleaseManyRow) uuid.UUID { return r.ID },
 		func(r db.JobReleaseManyRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+}
+
+// recordsProgress reports whether any entry of a heartbeat batch gives
+// progress or a checkpoint, the only way a renewal writes an event.
+func recordsProgress(reqs []HeartbeatRequest) bool {
+	for _, r := range reqs {
+		if r.ProgressDone != nil || r.ProgressTotal != nil || r.Checkpoint != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// heartbeatRows are JobHeartbeatManyRouted's rows as JobHeartbeatMany's,
+// each job's stage kept in *stages when stages is not nil.
+func heartbeatRows(got []db.JobHeartbeatManyRoutedRow, stages *map[uuid.UUID]string) []db.JobHeartbeatManyRow {
+	out := make([]db.JobHeartbeatManyRow, len(got))
+	for i, r := range got {
+		out[i] = db.JobHeartbeatManyRow{ID: r.ID, OrganizationID: r.OrganizationID, RunNumber: r.RunNumber,
+			Attempt: r.Attempt, LeaseExpiresAt: r.LeaseExpiresAt, LastHeartbeatAt: r.LastHeartbeatAt,
+			ProgressDone: r.ProgressDone, ProgressTotal: r.ProgressTotal, Changed: r.Changed}
+		if stages != nil {
+			if *stages == nil {
+				*stages = map[uuid.UUID]string{}
+			}
+			(*stages)[r.ID] = r.Stage
+		}
+	}
+	return out
 }

@@ -151,6 +151,54 @@ func writeGroups[Row any](ctx context.Context, s *txn.Session, what string, grou
 	return all, nil
 }
 
+// writeGroupsThenEvents is writeGroups for a write whose events are a
+// statement of their own (on Citus, where a write and the INSERT of its
+// events in one statement run as several steps through the coordinator):
+// one round trip with every group's write (after BEGIN in an owned
+// session), then one with the events of the rows they returned (events
+// queues them for one group; nothing for no row) and, in an owned
+// session, COMMIT. events returns the statement writing one group's
+// events, or nil when its rows have none. So the batch and its events are
+// written whole or not at all; a lost reply to the second round trip is
+// ErrCommitUnconfirmed.
+func writeGroupsThenEvents[Row any](ctx context.Context, s *txn.Session, what string, groups []tenantGroup,
+	run func(q db.DBTX, g tenantGroup) ([]Row, error),
+	events func(g tenantGroup, rs []Row) func(q db.DBTX) error) ([]Row, error) {
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	b := s.Batch(ctx)
+	steps := make([]*txn.Step[[]Row], len(groups))
+	for i, g := range groups {
+		steps[i] = txn.Queue(b, what, func(q db.DBTX) ([]Row, error) { return run(q, g) })
+	}
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	b = s.Batch(ctx)
+	queued := false
+	var all []Row
+	for i, st := range steps {
+		all = append(all, st.Val...)
+		if len(st.Val) == 0 {
+			continue
+		}
+		write := events(groups[i], st.Val)
+		if write == nil {
+			continue
+		}
+		txn.Queue(b, what+": events", func(q db.DBTX) (struct{}, error) { return struct{}{}, write(q) })
+		queued = true
+	}
+	b.Commit(ctx)
+	if queued || s.Owned() {
+		if err := b.Send(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return all, nil
+}
+
 // leasesOf returns the lease of each request of a batch.
 func leasesOf[R any](reqs []R, lease func(R) heldLease) []heldLease {
 	out := make([]heldLease, len(reqs))

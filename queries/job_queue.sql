@@ -269,11 +269,19 @@ LIMIT @max_tenants;
 -- PENDING jobs in claim order on idx_job_queue_tenant_claim (created on
 -- Citus only) and passes over those not yet due, so a tenant's jobs
 -- scheduled for later at a higher priority than its due ones are read.
--- The rest is JobClaim's: SKIP LOCKED, one resource claim per key and
--- tenant, the lease, one LEASED event each.
+-- Like JobClaim it locks up to @max_jobs candidates SKIP LOCKED, but it
+-- writes only what Citus runs in one step on the tenant's shard (a SELECT
+-- and an UPDATE; an INSERT in a CTE, or an INSERT into job_events, whose
+-- id Citus draws on the coordinator, would be planned as steps of their
+-- own whose rows travel through the coordinator to every worker): it
+-- leases the candidates without an execution resource key and returns
+-- them LEASED, and returns the candidates with a key as they are (still
+-- PENDING, locked until the transaction ends), in claim order. The caller
+-- then leases those with JobClaimTenantKeyed and writes the LEASED events
+-- with JobEventLeasedMany, in the same transaction.
 -- name: JobClaimTenant :many
 WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key
     FROM job_queue jq
     WHERE jq.status = 'PENDING'
       AND jq.organization_id = @organization_id
@@ -293,6 +301,47 @@ WITH candidates AS MATERIALIZED (
     LIMIT @max_jobs
     FOR UPDATE OF jq SKIP LOCKED
 ),
+leased AS (
+    UPDATE job_queue
+    SET status = 'LEASED',
+        attempt = attempt + 1,
+        worker_id = @worker_id::text,
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+        last_heartbeat_at = NULL,
+        started_at = now(),
+        finished_at = NULL,
+        stage = 'running'
+    WHERE job_queue.id = ANY(ARRAY(SELECT id FROM candidates WHERE execution_resource_key IS NULL))
+      AND job_queue.organization_id = @organization_id
+      AND job_queue.status = 'PENDING'
+    RETURNING *
+)
+SELECT * FROM leased
+UNION ALL
+SELECT jq.*
+FROM candidates c
+JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = c.id
+WHERE c.execution_resource_key IS NOT NULL
+ORDER BY priority DESC, next_run_at, created_at;
+
+-- JobClaimTenantKeyed leases the candidates with an execution resource key
+-- that JobClaimTenant returned PENDING (@ids, locked by it in the same
+-- transaction), as JobClaim does: one resource claim per key and tenant,
+-- taken by the key's most urgent candidate if the key is free (or its
+-- claim released and past release_after), and only a candidate that took
+-- its key's claim is leased. It returns the leased jobs in claim order;
+-- their LEASED events are written by JobEventLeasedMany. On Citus it runs
+-- in steps (its INSERT in a CTE), only when a claim met keyed jobs.
+-- name: JobClaimTenantKeyed :many
+WITH candidates AS MATERIALIZED (
+    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
+    FROM job_queue jq
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = ANY(@ids::uuid[])
+      AND jq.status = 'PENDING'
+      AND jq.execution_resource_key IS NOT NULL
+    FOR UPDATE OF jq
+),
 acquired AS (
     INSERT INTO job_execution_resource_claims AS rc (
         organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
@@ -302,7 +351,6 @@ acquired AS (
            @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
     FROM candidates
     JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = candidates.id
-    WHERE candidates.execution_resource_key IS NOT NULL
     ORDER BY candidates.organization_id, candidates.execution_resource_key,
              candidates.priority DESC, candidates.next_run_at, candidates.created_at
     ON CONFLICT (organization_id, resource_key) DO UPDATE
@@ -329,22 +377,27 @@ leased AS (
         stage = 'running'
     -- An array built before the update starts (an InitPlan), so that every
     -- resource claim is in place when the lease trigger checks for it.
-    WHERE job_queue.id = ANY(ARRAY(
-              SELECT id FROM candidates WHERE execution_resource_key IS NULL
-              UNION ALL
-              SELECT job_id FROM acquired))
+    WHERE job_queue.id = ANY(ARRAY(SELECT job_id FROM acquired))
       AND job_queue.organization_id = @organization_id
       AND job_queue.status = 'PENDING'
     RETURNING *
-),
-event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
-    SELECT organization_id, id, run_number, attempt, 'LEASED', stage,
-           jsonb_build_object('worker_id', worker_id, 'lease_expires_at', lease_expires_at)
-    FROM leased
 )
 SELECT * FROM leased
 ORDER BY priority DESC, next_run_at, created_at;
+
+-- JobEventLeasedMany writes the LEASED event of each job a tenant's claim
+-- leased (@ids with, at the same position, the run, attempt, stage and
+-- lease expiry the lease returned), naming the worker: the events JobClaim writes in its own statement, here
+-- from the rows JobClaimTenant and JobClaimTenantKeyed returned, in their
+-- transaction. It reads no table, so on Citus the coordinator draws the
+-- event ids and sends the rows to the tenant's shard in one step.
+-- name: JobEventLeasedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'LEASED',
+       (@stages::text[])[e.ord],
+       jsonb_build_object('worker_id', @worker_id::text,
+                          'lease_expires_at', (@lease_expires_ats::timestamptz[])[e.ord])
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 
 -- The worker's writes. Each takes one tenant (@organization_id) and a
 -- batch of its leases as parallel arrays (@ids with, at the same position,
@@ -402,6 +455,65 @@ event AS (
     FROM completed
 )
 SELECT * FROM completed;
+
+-- JobCompleteManyRouted is JobCompleteMany without its events, in the
+-- shape Citus runs in one step on the tenant's shard (JobCompleteMany's
+-- event INSERT in a CTE would be planned as steps of their own, the
+-- updated rows sent through the coordinator to every worker); the library
+-- sends it on Citus, and JobEventSucceededMany after it, in one
+-- transaction, with the rows it returned. The clock is
+-- statement_timestamp(), the start of the statement: Citus refuses the
+-- volatile clock_timestamp() in a routed write. In a subquery of the
+-- UPDATE, Citus evaluates now() and statement_timestamp() once on the
+-- coordinator (as it evaluated JobCompleteMany's clock), so now() is the
+-- one the events' occurred_at gets there; OFFSET 0 keeps the subquery
+-- apart, so the shard's planner reads the jobs by id rather than by lease
+-- expiry.
+-- name: JobCompleteManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@outputs::jsonb[])[i.ord] AS output,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+completed AS (
+    UPDATE job_queue jq
+    SET status = 'SUCCEEDED',
+        stage = 'completed',
+        output = input.output,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        finished_at = clock.now,
+        lease_expires_at = NULL
+    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.*
+)
+SELECT * FROM completed;
+
+-- JobEventSucceededMany writes the SUCCEEDED event of each job
+-- JobCompleteManyRouted completed (@ids with, at the same position, the
+-- run, attempt, stage, progress (-1: NULL) and worker of the row it
+-- returned), as JobCompleteMany's own event. It reads no table, so on
+-- Citus the coordinator draws the event ids and sends the rows to the
+-- tenant's shard in one step.
+-- name: JobEventSucceededMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'SUCCEEDED',
+       (@stages::text[])[e.ord],
+       NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord])
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 
 -- JobFailMany records failed attempts of leased jobs. A job with attempts
 -- left whose entry is not terminal goes back to PENDING, stage scheduled,
@@ -473,6 +585,76 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
        output, execution_resource_key
 FROM failed;
 
+-- JobFailManyRouted is JobFailMany without its events, for Citus as
+-- JobCompleteManyRouted is for JobCompleteMany (clock
+-- statement_timestamp()); JobEventFailedMany writes the events from its
+-- rows, in its transaction.
+-- name: JobFailManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           (@terminal::bool[])[i.ord] AS terminal,
+           (@failure_kinds::text[])[i.ord] AS failure_kind,
+           (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
+           NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
+           clock.now, clock.at
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+),
+failed AS (
+    UPDATE job_queue jq
+    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                      THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
+        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                     THEN jq.stage ELSE 'scheduled' END,
+        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+                           THEN jq.next_run_at
+                           ELSE input.retry_at END,
+        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN input.now END,
+        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+        lease_expires_at = NULL,
+        last_error_code = input.error_code,
+        last_error_message = input.error_message
+    FROM input
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > input.at
+    RETURNING jq.*, input.failure_kind
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts,
+       timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at,
+       finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key,
+       status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request,
+       output, execution_resource_key
+FROM failed;
+
+-- JobEventFailedMany writes the event of each failed attempt
+-- JobFailManyRouted recorded (@ids with, at the same position, the run,
+-- attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
+-- the stored error code and message ('' for none) and the retry's due
+-- time of the row it returned), as JobFailMany's own events: one
+-- query, no table read, one step on Citus.
+-- name: JobEventFailedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord],
+       CASE WHEN (@dead_lettered::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
+            ELSE 'RETRY_SCHEDULED'::job_event_type END,
+       (@stages::text[])[e.ord],
+       jsonb_strip_nulls(jsonb_build_object(
+           'failure_kind', (@failure_kinds::text[])[e.ord],
+           'error_code', NULLIF((@error_codes::text[])[e.ord], ''),
+           'error_message', NULLIF((@error_messages::text[])[e.ord], ''),
+           'next_run_at', CASE WHEN NOT (@dead_lettered::bool[])[e.ord] THEN (@next_run_ats::timestamptz[])[e.ord] END))
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+
 -- JobHeartbeatMany renews held leases: lease_expires_at = the database
 -- clock + the entry's lease, last_heartbeat_at = the clock, and, where the
 -- entry gives them, progress (-1: keep) and a checkpoint (NULL: keep). A
@@ -529,6 +711,63 @@ event AS (
 SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
        progress_done, progress_total, changed
 FROM beat;
+
+-- JobHeartbeatManyRouted is JobHeartbeatMany without its events, for
+-- Citus as JobCompleteManyRouted is for JobCompleteMany (clock
+-- statement_timestamp()), with each job's stage for the events;
+-- JobEventProgressMany writes the PROGRESS events of the changed rows,
+-- in its transaction.
+-- name: JobHeartbeatManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id,
+           clock.at + make_interval(secs => (@lease_seconds::float8[])[i.ord]) AS lease_until,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
+           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           clock.at
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
+),
+beat AS (
+    UPDATE job_queue jq
+    SET lease_expires_at = input.lease_until,
+        last_heartbeat_at = input.at,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input
+    JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > input.at
+    RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
+              jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
+               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+)
+SELECT id, organization_id, run_number, attempt, lease_expires_at, last_heartbeat_at,
+       progress_done, progress_total, changed, stage
+FROM beat;
+
+-- JobEventProgressMany writes one PROGRESS event for each renewed lease
+-- whose progress or checkpoint changed (@ids with, at the same position,
+-- the run, attempt, stage, progress (-1: NULL) and worker of the row
+-- JobHeartbeatManyRouted returned), as JobHeartbeatMany's own events: no
+-- table read, one step on Citus.
+-- name: JobEventProgressMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'PROGRESS',
+       (@stages::text[])[e.ord],
+       NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord])
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 
 -- JobReleaseMany hands leased jobs a worker has not started back, without
 -- spending their attempt: PENDING again at attempt - 1, stage queued,

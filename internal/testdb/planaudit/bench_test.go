@@ -11,11 +11,13 @@ import (
 )
 
 // benchedStatements are the statements BenchmarkStatements times: the
-// replay's and the enqueue's, and the claim of one tenant.
+// replay's and the enqueue's, the claim of one tenant, and the completion
+// as one server runs it and as Citus does (without its events).
 var benchedStatements = map[string]bool{
 	"JobLockByIdempotencyKeyGlobal": true, "JobLockForReplay": true, "JobReplayGetForRequest": true,
 	"JobReplayGetForRequestAfterSourceLock": true, "JobReplayInsert": true, "JobEnqueue": true,
 	"JobClaimTenant": true, "JobReplayBulkInsert": true,
+	"JobCompleteMany": true, "JobCompleteManyRouted": true,
 }
 
 // BenchmarkStatements executes each statement alone on the audit's data,

@@ -34,8 +34,17 @@ var (
 	// which Citus refuses; on Citus the library runs their tenant-by-tenant
 	// forms instead (JobClaimTenant, JobRecoverExpiredLeasesTenant).
 	singleServer = map[string]string{
-		"JobClaim":                "JobListTenantsWithDueJobs, then JobClaimTenant",
+		"JobClaim":                "JobListTenantsWithDueJobs, then JobClaimTenant (JobClaimTenantKeyed for keyed candidates) and JobEventLeasedMany",
 		"JobRecoverExpiredLeases": "JobListTenantsWithExpiredLeases, then JobRecoverExpiredLeasesTenant",
+	}
+	// oneServerForms name their tenant and run on Citus, but in steps (see
+	// subplanned); the library sends them to one server only, where they
+	// are one statement, and on Citus sends the statements named instead,
+	// each of which Citus runs in one step.
+	oneServerForms = map[string][]string{
+		"JobCompleteMany":  {"JobCompleteManyRouted", "JobEventSucceededMany"},
+		"JobFailMany":      {"JobFailManyRouted", "JobEventFailedMany"},
+		"JobHeartbeatMany": {"JobHeartbeatManyRouted", "JobEventProgressMany"}, // the events only when an entry records progress
 	}
 )
 
@@ -48,14 +57,11 @@ var (
 // key (listed for each), not by the one snapshot it has on one server.
 var subplanned = map[string]string{
 	"JobCancel":                     updateThenEvents,
-	"JobCompleteMany":               updateThenEvents,
-	"JobFailMany":                   updateThenEvents,
-	"JobHeartbeatMany":              updateThenEvents,
 	"JobReleaseMany":                updateThenEvents,
 	"JobRecoverExpiredLeasesTenant": "the expired rows locked SKIP LOCKED first; " + updateThenEvents,
 	"JobRequeue":                    "the target locked FOR NO KEY UPDATE first; " + updateThenEvents,
 	"JobRequeueBulk":                "the targets locked FOR NO KEY UPDATE first; " + updateThenEvents,
-	"JobClaimTenant":                "the candidates locked FOR UPDATE SKIP LOCKED first; the resource claims' key refuses a second holder; " + updateThenEvents,
+	"JobClaimTenantKeyed":           "the candidates locked FOR UPDATE SKIP LOCKED by JobClaimTenant before it; the resource claims' key refuses a second holder; the lease is written from the claims it took",
 	"JobEnqueue":                    "the definition share-locked first; the insert's keys refuse a duplicate; its event is written from the insert's rows",
 	"JobReplayInsert":               "the source locked FOR NO KEY UPDATE and the definition share-locked first; the lineage key refuses a second replay (a race the lock loop retries); the job, event and lineage are written from the earlier steps' rows",
 	"JobReplayBulkInsert":           "the sources locked by JobReplayBulkLockSources before it, the definitions share-locked in its first steps; the lineage key refuses a second replay; every insert is written from the earlier steps' rows",
@@ -132,6 +138,13 @@ func TestCitusRouting(t *testing.T) {
 			t.Errorf("%s: %v", q.Name, err)
 			continue
 		}
+		if forms, ok := oneServerForms[q.Name]; ok {
+			if scans < 2 {
+				t.Errorf("%s: Citus runs it in one step; send it on Citus too, instead of %v", q.Name, forms)
+			}
+			pieces = append(pieces, fmt.Sprintf("%-38s %d steps  (sent to one server only; on Citus: %s)", q.Name, scans, strings.Join(forms, ", then ")))
+			continue
+		}
 		why, listed := subplanned[q.Name]
 		switch {
 		case scans > 1 && !listed:
@@ -152,6 +165,13 @@ func TestCitusRouting(t *testing.T) {
 	for name := range acrossTenants {
 		if _, ok := Get(queries, name); !ok {
 			t.Errorf("acrossTenants names %s, which is not a generated statement", name)
+		}
+	}
+	for name, forms := range oneServerForms {
+		for _, f := range append([]string{name}, forms...) {
+			if _, ok := Get(queries, f); !ok {
+				t.Errorf("oneServerForms names %s, which is not a generated statement", f)
+			}
 		}
 	}
 }

@@ -236,6 +236,8 @@ func (v auditValues) literal(name, typ string) (string, error) {
 		return "'{}'::" + typ, nil
 	case "timestamp with time zone":
 		return "now()", nil
+	case "timestamp with time zone[]":
+		return "ARRAY[now() + interval '30 seconds']::timestamptz[]", nil
 	case "interval":
 		return "'1 minute'::interval", nil
 	}
