@@ -235,7 +235,13 @@ WHERE organization_id = @organization_id AND job_id = ANY(@job_ids::uuid[]);
 -- rows and claims, except every family that a lineage row now links to a
 -- job outside the set (a replay committed after the batch's snapshot): the
 -- locks keep new lineage from landing, and this statement's snapshot sees
--- what landed before. It returns the jobs and the events deleted.
+-- what landed before. The events and the lineage rows are deleted here,
+-- by key, beside their jobs: a family's lineage rows link only its own
+-- members, so deleting them by replay_job_id (the primary key) takes them
+-- all, and the foreign-key checks at the end of the statement find nothing
+-- left, whatever order the jobs were deleted in (a replay deleted before
+-- its source would otherwise still be referenced when its check ran). It
+-- returns the jobs and the events deleted.
 -- name: JobPruneDelete :one
 WITH doomed AS (
     SELECT i.id, (@families::uuid[])[i.ord] AS family
@@ -256,6 +262,10 @@ events AS (
     DELETE FROM job_events e
     WHERE e.organization_id = @organization_id AND e.job_id IN (SELECT id FROM gone)
     RETURNING 1
+),
+lineage AS (
+    DELETE FROM job_replays jr
+    WHERE jr.organization_id = @organization_id AND jr.replay_job_id IN (SELECT id FROM gone)
 ),
 deleted AS (
     DELETE FROM job_queue jq
