@@ -161,7 +161,8 @@ ORDER BY organization_id;
 -- another transaction holds (a worker, a replay, a requeue) is skipped,
 -- never waited for. It returns every member with its family (the least
 -- candidate id that reaches it), whether it is a candidate, whether it was
--- locked, and whether a workflow step owns it; a family is pruned only
+-- locked, and whether a workflow step owns it (looked up only for a member
+-- it did not lock: a locked member has no step); a family is pruned only
 -- when every member was locked (JobPruneDelete). Each member is looked
 -- up and locked by its key (a lateral subquery), so a batch's cost follows
 -- its families, never the tenant's history.
@@ -191,7 +192,7 @@ walk (root, id) AS (
     ) n
 ),
 members AS MATERIALIZED (
-    SELECT id, min(root::text)::uuid AS family FROM walk GROUP BY id
+    SELECT DISTINCT ON (id) id, root AS family FROM walk ORDER BY id, root
 ),
 locked AS MATERIALIZED (
     SELECT l.id
@@ -215,8 +216,9 @@ SELECT m.id::uuid AS id,
        m.family::uuid AS family,
        c.finished_at AS candidate_finished_at,
        (l.id IS NOT NULL)::bool AS locked,
-       EXISTS (SELECT 1 FROM workflow_steps ws
-               WHERE ws.organization_id = @organization_id AND ws.job_id = m.id)::bool AS workflow_owned
+       (CASE WHEN l.id IS NOT NULL THEN false
+             ELSE EXISTS (SELECT 1 FROM workflow_steps ws
+                          WHERE ws.organization_id = @organization_id AND ws.job_id = m.id) END)::bool AS workflow_owned
 FROM members m
 LEFT JOIN candidates c ON c.id = m.id
 LEFT JOIN locked l ON l.id = m.id
