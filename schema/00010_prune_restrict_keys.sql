@@ -13,18 +13,19 @@
 -- two of the index probes a pruned job paid. ON UPDATE stays NO ACTION.
 -- Deleting a job a workflow step owns still unlinks the step first
 -- (trg_job_queue_unlink_workflow_step, before the row goes). On Citus the
--- constraints are re-created on every colocated shard pair.
-ALTER TABLE job_replays DROP CONSTRAINT fk_job_replays_replay_job,
-    ADD CONSTRAINT fk_job_replays_replay_job FOREIGN KEY (organization_id, replay_job_id)
-        REFERENCES job_queue (organization_id, id) ON DELETE RESTRICT;
-ALTER TABLE workflow_steps DROP CONSTRAINT fk_workflow_steps_job,
-    ADD CONSTRAINT fk_workflow_steps_job FOREIGN KEY (organization_id, job_id)
-        REFERENCES job_queue (organization_id, id) ON DELETE RESTRICT;
+-- constraints are re-created on every colocated shard pair (Citus takes an
+-- ADD CONSTRAINT only as an ALTER TABLE of its own).
+ALTER TABLE job_replays DROP CONSTRAINT fk_job_replays_replay_job;
+ALTER TABLE job_replays ADD CONSTRAINT fk_job_replays_replay_job FOREIGN KEY (organization_id, replay_job_id)
+    REFERENCES job_queue (organization_id, id) ON DELETE RESTRICT;
+ALTER TABLE workflow_steps DROP CONSTRAINT fk_workflow_steps_job;
+ALTER TABLE workflow_steps ADD CONSTRAINT fk_workflow_steps_job FOREIGN KEY (organization_id, job_id)
+    REFERENCES job_queue (organization_id, id) ON DELETE RESTRICT;
 
 -- +goose Down
-ALTER TABLE workflow_steps DROP CONSTRAINT fk_workflow_steps_job,
-    ADD CONSTRAINT fk_workflow_steps_job FOREIGN KEY (organization_id, job_id)
-        REFERENCES job_queue (organization_id, id) ON DELETE NO ACTION;
-ALTER TABLE job_replays DROP CONSTRAINT fk_job_replays_replay_job,
-    ADD CONSTRAINT fk_job_replays_replay_job FOREIGN KEY (organization_id, replay_job_id)
-        REFERENCES job_queue (organization_id, id) ON DELETE NO ACTION;
+ALTER TABLE workflow_steps DROP CONSTRAINT fk_workflow_steps_job;
+ALTER TABLE workflow_steps ADD CONSTRAINT fk_workflow_steps_job FOREIGN KEY (organization_id, job_id)
+    REFERENCES job_queue (organization_id, id) ON DELETE NO ACTION;
+ALTER TABLE job_replays DROP CONSTRAINT fk_job_replays_replay_job;
+ALTER TABLE job_replays ADD CONSTRAINT fk_job_replays_replay_job FOREIGN KEY (organization_id, replay_job_id)
+    REFERENCES job_queue (organization_id, id) ON DELETE NO ACTION;
