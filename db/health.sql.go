@@ -53,6 +53,10 @@ events AS (
     WHERE e.organization_id = $3 AND e.job_id IN (SELECT id FROM gone)
     RETURNING 1
 ),
+lineage AS (
+    DELETE FROM job_replays jr
+    WHERE jr.organization_id = $3 AND jr.replay_job_id IN (SELECT id FROM gone)
+),
 deleted AS (
     DELETE FROM job_queue jq
     WHERE jq.organization_id = $3 AND jq.id IN (SELECT id FROM gone)
@@ -79,7 +83,13 @@ type JobPruneDeleteRow struct {
 // rows and claims, except every family that a lineage row now links to a
 // job outside the set (a replay committed after the batch's snapshot): the
 // locks keep new lineage from landing, and this statement's snapshot sees
-// what landed before. It returns the jobs and the events deleted.
+// what landed before. The events and the lineage rows are deleted here,
+// by key, beside their jobs: a family's lineage rows link only its own
+// members, so deleting them by replay_job_id (the primary key) takes them
+// all, and the foreign-key checks at the end of the statement find nothing
+// left, whatever order the jobs were deleted in (a replay deleted before
+// its source would otherwise still be referenced when its check ran). It
+// returns the jobs and the events deleted.
 func (q *Queries) JobPruneDelete(ctx context.Context, db DBTX, arg JobPruneDeleteParams) (JobPruneDeleteRow, error) {
 	row := db.QueryRow(ctx, jobPruneDelete, arg.Families, arg.JobIds, arg.OrganizationID)
 	var i JobPruneDeleteRow
@@ -152,7 +162,7 @@ walk (root, id) AS (
     ) n
 ),
 members AS MATERIALIZED (
-    SELECT id, min(root::text)::uuid AS family FROM walk GROUP BY id
+    SELECT DISTINCT ON (id) id, root AS family FROM walk ORDER BY id, root
 ),
 locked AS MATERIALIZED (
     SELECT l.id
@@ -176,8 +186,9 @@ SELECT m.id::uuid AS id,
        m.family::uuid AS family,
        c.finished_at AS candidate_finished_at,
        (l.id IS NOT NULL)::bool AS locked,
-       EXISTS (SELECT 1 FROM workflow_steps ws
-               WHERE ws.organization_id = $1 AND ws.job_id = m.id)::bool AS workflow_owned
+       (CASE WHEN l.id IS NOT NULL THEN false
+             ELSE EXISTS (SELECT 1 FROM workflow_steps ws
+                          WHERE ws.organization_id = $1 AND ws.job_id = m.id) END)::bool AS workflow_owned
 FROM members m
 LEFT JOIN candidates c ON c.id = m.id
 LEFT JOIN locked l ON l.id = m.id
@@ -213,7 +224,8 @@ type JobPruneLockBatchRow struct {
 // another transaction holds (a worker, a replay, a requeue) is skipped,
 // never waited for. It returns every member with its family (the least
 // candidate id that reaches it), whether it is a candidate, whether it was
-// locked, and whether a workflow step owns it; a family is pruned only
+// locked, and whether a workflow step owns it (looked up only for a member
+// it did not lock: a locked member has no step); a family is pruned only
 // when every member was locked (JobPruneDelete). Each member is looked
 // up and locked by its key (a lateral subquery), so a batch's cost follows
 // its families, never the tenant's history.
@@ -282,24 +294,33 @@ const jobStatsAll = `-- name: JobStatsAll :many
 WITH clock AS MATERIALIZED (
     SELECT now() AS now
 ),
-live AS (
-    SELECT jq.job_type,
-           count(*) FILTER (WHERE jq.status = 'PENDING' AND jq.next_run_at <= c.now) AS pending_due,
-           count(*) FILTER (WHERE jq.status = 'PENDING' AND jq.next_run_at > c.now) AS pending_scheduled,
-           count(*) FILTER (WHERE jq.status = 'LEASED') AS leased,
-           count(*) FILTER (WHERE jq.status = 'LEASED' AND jq.lease_expires_at <= c.now) AS expired_leases,
-           min(jq.next_run_at) FILTER (WHERE jq.status = 'PENDING' AND jq.next_run_at <= c.now) AS oldest_due_at
-    FROM job_queue jq CROSS JOIN clock c
+live_status AS (
+    SELECT jq.organization_id, jq.job_type, jq.status,
+           count(*) AS jobs,
+           count(*) FILTER (WHERE jq.next_run_at <= now()) AS due,
+           count(*) FILTER (WHERE jq.lease_expires_at <= now()) AS expired,
+           min(jq.next_run_at) AS first_run_at
+    FROM job_queue jq
     WHERE jq.status IN ('PENDING', 'LEASED')
       AND ($1::text IS NULL OR jq.job_type = $1::text)
-    GROUP BY jq.job_type
+    GROUP BY jq.organization_id, jq.job_type, jq.status
+),
+live AS (
+    SELECT job_type,
+           sum(due) FILTER (WHERE status = 'PENDING') AS pending_due,
+           sum(jobs - due) FILTER (WHERE status = 'PENDING') AS pending_scheduled,
+           sum(jobs) FILTER (WHERE status = 'LEASED') AS leased,
+           sum(expired) FILTER (WHERE status = 'LEASED') AS expired_leases,
+           min(first_run_at) FILTER (WHERE status = 'PENDING' AND due > 0) AS oldest_due_at
+    FROM live_status
+    GROUP BY job_type
 ),
 finished AS MATERIALIZED (
-    SELECT jq.job_type, jq.status, extract(epoch FROM jq.finished_at - jq.started_at)::float8 AS run_seconds
-    FROM job_queue jq CROSS JOIN clock c
+    SELECT jq.job_type, jq.status, date_part('epoch', jq.finished_at - jq.started_at) AS run_seconds
+    FROM job_queue jq
     WHERE jq.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-      AND jq.finished_at >= c.now - $2::float8 * interval '1 second'
-      AND jq.finished_at < c.now
+      AND jq.finished_at >= now() - $2::float8 * interval '1 second'
+      AND jq.finished_at < now()
       AND ($1::text IS NULL OR jq.job_type = $1::text)
 ),
 recent AS (
@@ -308,15 +329,14 @@ recent AS (
            count(*) FILTER (WHERE status = 'DEAD_LETTERED') AS dead_lettered,
            count(*) FILTER (WHERE status = 'CANCELED') AS canceled,
            count(run_seconds) AS ran,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds) AS run_p50,
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds) AS run_p95
+           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run_seconds) AS run_p
     FROM finished
     GROUP BY job_type
 ),
 types AS (
     SELECT coalesce(l.job_type, r.job_type) AS job_type,
            l.pending_due, l.pending_scheduled, l.leased, l.expired_leases, l.oldest_due_at,
-           r.succeeded, r.dead_lettered, r.canceled, r.ran, r.run_p50, r.run_p95
+           r.succeeded, r.dead_lettered, r.canceled, r.ran, r.run_p[1] AS run_p50, r.run_p[2] AS run_p95
     FROM live l FULL JOIN recent r ON r.job_type = l.job_type
 )
 SELECT c.now::timestamptz AS now,
@@ -360,7 +380,8 @@ type JobStatsAllRow struct {
 // JobStatsAll is JobStatsTenant over every tenant, for an operator (on
 // Citus every shard counts its part; the window's run times are gathered
 // on the coordinator, which computes the percentiles). Its cost follows
-// the live queue (idx_job_queue_live_type) and the window
+// the live queue (idx_job_queue_live_type, grouped by tenant, type and
+// status in the index's order, then summed per type) and the window
 // (idx_job_queue_finished). No lock.
 func (q *Queries) JobStatsAll(ctx context.Context, db DBTX, arg JobStatsAllParams) ([]JobStatsAllRow, error) {
 	rows, err := db.Query(ctx, jobStatsAll, arg.JobType, arg.WindowSeconds)
@@ -401,26 +422,35 @@ const jobStatsTenant = `-- name: JobStatsTenant :many
 WITH clock AS MATERIALIZED (
     SELECT now() AS now
 ),
-live AS (
-    SELECT jq.job_type,
-           count(*) FILTER (WHERE jq.status = 'PENDING' AND jq.next_run_at <= c.now) AS pending_due,
-           count(*) FILTER (WHERE jq.status = 'PENDING' AND jq.next_run_at > c.now) AS pending_scheduled,
-           count(*) FILTER (WHERE jq.status = 'LEASED') AS leased,
-           count(*) FILTER (WHERE jq.status = 'LEASED' AND jq.lease_expires_at <= c.now) AS expired_leases,
-           min(jq.next_run_at) FILTER (WHERE jq.status = 'PENDING' AND jq.next_run_at <= c.now) AS oldest_due_at
-    FROM job_queue jq CROSS JOIN clock c
+live_status AS (
+    SELECT jq.job_type, jq.status,
+           count(*) AS jobs,
+           count(*) FILTER (WHERE jq.next_run_at <= now()) AS due,
+           count(*) FILTER (WHERE jq.lease_expires_at <= now()) AS expired,
+           min(jq.next_run_at) AS first_run_at
+    FROM job_queue jq
     WHERE jq.organization_id = $1
       AND jq.status IN ('PENDING', 'LEASED')
       AND ($2::text IS NULL OR jq.job_type = $2::text)
-    GROUP BY jq.job_type
+    GROUP BY jq.job_type, jq.status
+),
+live AS (
+    SELECT job_type,
+           sum(due) FILTER (WHERE status = 'PENDING') AS pending_due,
+           sum(jobs - due) FILTER (WHERE status = 'PENDING') AS pending_scheduled,
+           sum(jobs) FILTER (WHERE status = 'LEASED') AS leased,
+           sum(expired) FILTER (WHERE status = 'LEASED') AS expired_leases,
+           min(first_run_at) FILTER (WHERE status = 'PENDING' AND due > 0) AS oldest_due_at
+    FROM live_status
+    GROUP BY job_type
 ),
 finished AS MATERIALIZED (
-    SELECT jq.job_type, jq.status, extract(epoch FROM jq.finished_at - jq.started_at)::float8 AS run_seconds
-    FROM job_queue jq CROSS JOIN clock c
+    SELECT jq.job_type, jq.status, date_part('epoch', jq.finished_at - jq.started_at) AS run_seconds
+    FROM job_queue jq
     WHERE jq.organization_id = $1
       AND jq.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
-      AND jq.finished_at >= c.now - $3::float8 * interval '1 second'
-      AND jq.finished_at < c.now
+      AND jq.finished_at >= now() - $3::float8 * interval '1 second'
+      AND jq.finished_at < now()
       AND ($2::text IS NULL OR jq.job_type = $2::text)
 ),
 recent AS (
@@ -429,15 +459,14 @@ recent AS (
            count(*) FILTER (WHERE status = 'DEAD_LETTERED') AS dead_lettered,
            count(*) FILTER (WHERE status = 'CANCELED') AS canceled,
            count(run_seconds) AS ran,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds) AS run_p50,
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds) AS run_p95
+           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run_seconds) AS run_p
     FROM finished
     GROUP BY job_type
 ),
 types AS (
     SELECT coalesce(l.job_type, r.job_type) AS job_type,
            l.pending_due, l.pending_scheduled, l.leased, l.expired_leases, l.oldest_due_at,
-           r.succeeded, r.dead_lettered, r.canceled, r.ran, r.run_p50, r.run_p95
+           r.succeeded, r.dead_lettered, r.canceled, r.ran, r.run_p[1] AS run_p50, r.run_p[2] AS run_p95
     FROM live l FULL JOIN recent r ON r.job_type = l.job_type
 )
 SELECT c.now::timestamptz AS now,
@@ -491,10 +520,17 @@ type JobStatsTenantRow struct {
 // DEAD_LETTERED and CANCELED counts with the p50 and p95 run time
 // (finished_at - started_at, in seconds) of the window's jobs that ran.
 // Its cost follows the live queue (idx_job_queue_live_type) and the window
-// (idx_job_queue_scope_finished), never the history. It always returns a
-// row: a row with an empty job type carries only the clock. The age is 0
-// without due jobs, and the run times 0 when none of the window's jobs
-// ran (ran counts those that did). No lock.
+// (idx_job_queue_scope_finished), never the history. Per live job it does
+// as little as it can: the jobs are grouped by type and status in the
+// index's order (two counts with a condition and a min each; the oldest
+// due job is the first PENDING one when any is due), and the per-type
+// figures are summed from those few groups; the run times are float8
+// seconds (date_part, not extract's numeric) and both percentiles come
+// from one sort per type. The clock is now() throughout (one value in a
+// transaction). It always returns a row: a row with an empty job type
+// carries only the clock. The age is 0 without due jobs, and the run
+// times 0 when none of the window's jobs ran (ran counts those that did).
+// No lock.
 func (q *Queries) JobStatsTenant(ctx context.Context, db DBTX, arg JobStatsTenantParams) ([]JobStatsTenantRow, error) {
 	rows, err := db.Query(ctx, jobStatsTenant, arg.OrganizationID, arg.JobType, arg.WindowSeconds)
 	if err != nil {

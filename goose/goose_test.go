@@ -159,15 +159,26 @@ func TestReplayDownDropsLineageButKeepsJobs(t *testing.T) {
 	mustExec(t, db, `INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, reason, replay_job_id)
 	    VALUES ('00000000-0000-0000-0000-000000000001', 1, 'k', 'r', '00000000-0000-0000-0000-000000000002')`)
 	// The foreign keys' delete actions: NO ACTION for the replay, CASCADE
-	// for the source.
-	var replayAction, sourceAction string
-	if err := db.QueryRow(`SELECT
-	    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_job_replays_replay_job'),
-	    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_job_replays_source_job')`).Scan(&replayAction, &sourceAction); err != nil {
+	// for the source; and RESTRICT for a workflow step's job from 00010
+	// (NO ACTION below it).
+	actions := func() (replay, source, step string) {
+		t.Helper()
+		if err := db.QueryRow(`SELECT
+		    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_job_replays_replay_job'),
+		    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_job_replays_source_job'),
+		    (SELECT confdeltype::text FROM pg_constraint WHERE conname = 'fk_workflow_steps_job')`).Scan(&replay, &source, &step); err != nil {
+			t.Fatal(err)
+		}
+		return replay, source, step
+	}
+	if replay, source, step := actions(); replay != "a" || source != "c" || step != "r" {
+		t.Fatalf("delete actions replay %q source %q step %q, want a, c and r", replay, source, step)
+	}
+	if _, err := goose.DownTo(c, db, 9); err != nil {
 		t.Fatal(err)
 	}
-	if replayAction != "a" || sourceAction != "c" {
-		t.Fatalf("delete actions replay %q source %q, want a and c", replayAction, sourceAction)
+	if replay, source, step := actions(); replay != "a" || source != "c" || step != "a" {
+		t.Fatalf("below 00010: delete actions replay %q source %q step %q, want a, c and a", replay, source, step)
 	}
 	// Down to the bulk replay index, which goes first; the lineage table
 	// stays.

@@ -109,6 +109,35 @@ func TestDeletingASourceRemovesItsLineage(t *testing.T) {
 	})
 }
 
+// A workflow step's link to its job: a step may reference only a job of
+// its tenant that exists; deleting the job unlinks the step (the trigger
+// that stands in for SET NULL runs before the row goes, so the RESTRICT
+// check finds no step left) and keeps the step; a step referencing a job
+// that is gone cannot be written.
+func TestDeletingAStepsJobUnlinksTheStep(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	seedJobs(t, pool)
+	const run = "'00000000-0000-0000-0000-0000000000c1'"
+	runCases(t, pool, []ddlCase{
+		{"a run", `INSERT INTO workflow_runs (id, workflow_type) VALUES (` + run + `, 'w')`, "", ""},
+		{"a step owning a job", `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES (` + run + `, 's1', ` + other + `)`, "", ""},
+		{"a step owning a missing job", `INSERT INTO workflow_steps (workflow_run_id, step_key, job_id) VALUES (` + run + `, 's2', '00000000-0000-0000-0000-0000000000ff')`,
+			"23503", "fk_workflow_steps_job"},
+		{"a step owning another tenant's job", `INSERT INTO workflow_steps (organization_id, workflow_run_id, step_key, job_id)
+		    VALUES ('00000000-0000-0000-0000-00000000000b', ` + run + `, 's3', ` + third + `)`, "23503", "fk_workflow_steps_workflow_run"},
+		{"deleting the step's job", `DELETE FROM job_queue WHERE id = ` + other, "", ""},
+		{"linking the step to the deleted job again", `UPDATE workflow_steps SET job_id = ` + other + ` WHERE step_key = 's1'`, "23503", "fk_workflow_steps_job"},
+	})
+	var steps, linked int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(job_id) FROM workflow_steps`).Scan(&steps, &linked); err != nil {
+		t.Fatal(err)
+	}
+	if steps != 1 || linked != 0 {
+		t.Fatalf("%d steps, %d linked; want the step kept and unlinked", steps, linked)
+	}
+}
+
 func TestJobQueueChecks(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)

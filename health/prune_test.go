@@ -130,6 +130,41 @@ func TestPruneLineageShapes(t *testing.T) {
 	}
 }
 
+// A family is deleted whatever order its rows go in: the lineage rows go
+// with the family in the deleting statement, so the check that a deleted
+// replay is no longer referenced never sees a lineage row whose source's
+// cascade has not run yet. Here each replay is stored before its source
+// (a lower id and an earlier heap position, as ids made on a clock behind
+// the source's are), for single pairs and for chains, in batches of one
+// and of many.
+func TestPruneFamilyWhateverTheDeleteOrder(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, health.DefaultPruneBatch} {
+		ctx := testdb.Context(t)
+		pool := testdb.New(t)
+		var ids []uuid.UUID
+		for range 20 {
+			r2 := insert(t, pool, old(orgA, "SUCCEEDED"))
+			r := insert(t, pool, old(orgA, "SUCCEEDED"))
+			s := insert(t, pool, old(orgA, "SUCCEEDED"))
+			link(t, pool, s, r)
+			link(t, pool, r, r2)
+			ids = append(ids, r2, r, s)
+		}
+		res, err := health.Prune(ctx, pool, health.PruneRequest{
+			Scope: testdb.Ptr(runledger.Organization(orgA)), FinishedBefore: time.Now().Add(-day), BatchSize: batch})
+		if err != nil {
+			t.Fatalf("batch %d: %v", batch, err)
+		}
+		if res.DeletedJobs != int64(len(ids)) || res.DeletedEvents != 5*int64(len(ids)) || res.KeptForLineage != 0 {
+			t.Fatalf("batch %d: %+v", batch, res)
+		}
+		if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_replays`); n != 0 {
+			t.Fatalf("batch %d: %d lineage rows left", batch, n)
+		}
+	}
+}
+
 // A prune of some statuses keeps the families that hold another status;
 // without a scope it prunes every tenant.
 func TestPruneStatusesAndEveryTenant(t *testing.T) {
