@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/worker"
 )
@@ -59,14 +60,33 @@ func TestWorkerCompletionWithALostReplyIsReportedSucceeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var armed, down atomic.Bool
+	var armed, commitArmed, down atomic.Bool
 	var conns connSet
 	var refused atomic.Int64
-	proxy, err := pgproxy.Start(addr, pgproxy.Options{Inspect: true, Observe: func(m pgproxy.Message) {
+	// The reply swallowed is the one that commits the completion: on one
+	// server the completion's own (one statement, SELECT 1); on Citus,
+	// where the completion is its write (SELECT 1) and then its events
+	// with COMMIT, the COMMIT that follows the write.
+	lost := "SELECT 1"
+	if testdb.Citus() {
+		lost = "COMMIT"
+	}
+	var proxy *pgproxy.Proxy
+	proxy, err = pgproxy.Start(addr, pgproxy.Options{Inspect: true, Observe: func(m pgproxy.Message) {
 		// The first command that returns one row once the handler runs:
 		// the completion (no heartbeat round, claim or recovery runs
-		// then). The network goes down as its reply is swallowed, once.
+		// then). The network goes down as its committing reply is
+		// swallowed, once.
 		if m.Tag() == "SELECT 1" && armed.CompareAndSwap(true, false) {
+			if lost == "SELECT 1" {
+				down.Store(true)
+				conns.closeAll()
+				return
+			}
+			proxy.DropReply(lost)
+			commitArmed.Store(true)
+		}
+		if m.Tag() == "COMMIT" && commitArmed.CompareAndSwap(true, false) {
 			down.Store(true)
 			conns.closeAll()
 		}
@@ -112,7 +132,9 @@ func TestWorkerCompletionWithALostReplyIsReportedSucceeded(t *testing.T) {
 	<-started
 	// The fetcher claims again at once after finding work: that claim
 	// answers SELECT 0, which the proxy lets through.
-	proxy.DropReply("SELECT 1")
+	if lost == "SELECT 1" {
+		proxy.DropReply(lost)
+	}
 	armed.Store(true)
 	close(release)
 	e.waitFor("the completion to land", func() bool {
