@@ -52,9 +52,9 @@ test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIO
 # outside the repository) and prints a PostgreSQL bin directory that can
 # load it; every test binary then starts its own coordinator and two
 # workers on loopback (RUNLEDGER_TEST_CITUS=1, see internal/testdb) and
-# gives each test a distributed database cloned from the migrated template.
-# The template build refuses a schema that leaves tables local to the
-# coordinator, so the suites fail until the schema distributes (issue 18).
+# gives each test a distributed database cloned from the migrated template
+# (whose build refuses a schema that leaves a table local to the
+# coordinator). .ci/run runs it.
 CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./health/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/planaudit/ ./internal/testdb/pgcitus/
 CITUS_FLAGS    ?=
 
