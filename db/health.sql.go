@@ -292,7 +292,7 @@ func (q *Queries) JobPruneUnlock(ctx context.Context, db DBTX, lockKey int64) (b
 
 const jobStatsAll = `-- name: JobStatsAll :many
 WITH clock AS MATERIALIZED (
-    SELECT now() AS now
+    SELECT now() AS now, current_schema() AS serial_plan
 ),
 live_status AS (
     SELECT jq.organization_id, jq.job_type, jq.status,
@@ -323,15 +323,20 @@ finished AS MATERIALIZED (
       AND jq.finished_at < now()
       AND ($1::text IS NULL OR jq.job_type = $1::text)
 ),
-recent AS (
+recent_runs AS (
     SELECT job_type,
            count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
            count(*) FILTER (WHERE status = 'DEAD_LETTERED') AS dead_lettered,
            count(*) FILTER (WHERE status = 'CANCELED') AS canceled,
            count(run_seconds) AS ran,
-           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run_seconds) AS run_p
+           array_agg(run_seconds) FILTER (WHERE run_seconds IS NOT NULL) AS runs
     FROM finished
     GROUP BY job_type
+),
+recent AS (
+    SELECT r.job_type, r.succeeded, r.dead_lettered, r.canceled, r.ran,
+           (SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY x) FROM unnest(r.runs) x) AS run_p
+    FROM recent_runs r
 ),
 types AS (
     SELECT coalesce(l.job_type, r.job_type) AS job_type,
@@ -382,7 +387,8 @@ type JobStatsAllRow struct {
 // on the coordinator, which computes the percentiles). Its cost follows
 // the live queue (idx_job_queue_live_type, grouped by tenant, type and
 // status in the index's order, then summed per type) and the window
-// (idx_job_queue_finished). No lock.
+// (idx_job_queue_finished). Never planned with parallel workers (as
+// JobStatsTenant). No lock.
 func (q *Queries) JobStatsAll(ctx context.Context, db DBTX, arg JobStatsAllParams) ([]JobStatsAllRow, error) {
 	rows, err := db.Query(ctx, jobStatsAll, arg.JobType, arg.WindowSeconds)
 	if err != nil {
@@ -420,7 +426,7 @@ func (q *Queries) JobStatsAll(ctx context.Context, db DBTX, arg JobStatsAllParam
 const jobStatsTenant = `-- name: JobStatsTenant :many
 
 WITH clock AS MATERIALIZED (
-    SELECT now() AS now
+    SELECT now() AS now, current_schema() AS serial_plan
 ),
 live_status AS (
     SELECT jq.job_type, jq.status,
@@ -453,15 +459,20 @@ finished AS MATERIALIZED (
       AND jq.finished_at < now()
       AND ($2::text IS NULL OR jq.job_type = $2::text)
 ),
-recent AS (
+recent_runs AS (
     SELECT job_type,
            count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
            count(*) FILTER (WHERE status = 'DEAD_LETTERED') AS dead_lettered,
            count(*) FILTER (WHERE status = 'CANCELED') AS canceled,
            count(run_seconds) AS ran,
-           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run_seconds) AS run_p
+           array_agg(run_seconds) FILTER (WHERE run_seconds IS NOT NULL) AS runs
     FROM finished
     GROUP BY job_type
+),
+recent AS (
+    SELECT r.job_type, r.succeeded, r.dead_lettered, r.canceled, r.ran,
+           (SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY x) FROM unnest(r.runs) x) AS run_p
+    FROM recent_runs r
 ),
 types AS (
     SELECT coalesce(l.job_type, r.job_type) AS job_type,
@@ -525,12 +536,18 @@ type JobStatsTenantRow struct {
 // index's order (two counts with a condition and a min each; the oldest
 // due job is the first PENDING one when any is due), and the per-type
 // figures are summed from those few groups; the run times are float8
-// seconds (date_part, not extract's numeric) and both percentiles come
-// from one sort per type. The clock is now() throughout (one value in a
-// transaction). It always returns a row: a row with an empty job type
-// carries only the clock. The age is 0 without due jobs, and the run
-// times 0 when none of the window's jobs ran (ran counts those that did).
-// No lock.
+// seconds (date_part, not extract's numeric), gathered per type into an
+// array by a hashed grouping, and both percentiles come from one sort of
+// each type's array (percentile_cont under GROUP BY would first sort the
+// whole window by type, then each type again). The clock is now()
+// throughout (one value in a transaction). The clock row also calls
+// current_schema(), which PostgreSQL marks parallel-unsafe (13 to 18), so
+// the statement is always planned without parallel workers: their start-up
+// cost more than the statement's whole work (at 10,000,000 jobs the call
+// took 176 ms with a Gather, 19 ms without; docs/PERFORMANCE.md). It
+// always returns a row: a row with an empty job type carries only the
+// clock. The age is 0 without due jobs, and the run times 0 when none of
+// the window's jobs ran (ran counts those that did). No lock.
 func (q *Queries) JobStatsTenant(ctx context.Context, db DBTX, arg JobStatsTenantParams) ([]JobStatsTenantRow, error) {
 	rows, err := db.Query(ctx, jobStatsTenant, arg.OrganizationID, arg.JobType, arg.WindowSeconds)
 	if err != nil {

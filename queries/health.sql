@@ -16,15 +16,21 @@
 -- index's order (two counts with a condition and a min each; the oldest
 -- due job is the first PENDING one when any is due), and the per-type
 -- figures are summed from those few groups; the run times are float8
--- seconds (date_part, not extract's numeric) and both percentiles come
--- from one sort per type. The clock is now() throughout (one value in a
--- transaction). It always returns a row: a row with an empty job type
--- carries only the clock. The age is 0 without due jobs, and the run
--- times 0 when none of the window's jobs ran (ran counts those that did).
--- No lock.
+-- seconds (date_part, not extract's numeric), gathered per type into an
+-- array by a hashed grouping, and both percentiles come from one sort of
+-- each type's array (percentile_cont under GROUP BY would first sort the
+-- whole window by type, then each type again). The clock is now()
+-- throughout (one value in a transaction). The clock row also calls
+-- current_schema(), which PostgreSQL marks parallel-unsafe (13 to 18), so
+-- the statement is always planned without parallel workers: their start-up
+-- cost more than the statement's whole work (at 10,000,000 jobs the call
+-- took 176 ms with a Gather, 19 ms without; docs/PERFORMANCE.md). It
+-- always returns a row: a row with an empty job type carries only the
+-- clock. The age is 0 without due jobs, and the run times 0 when none of
+-- the window's jobs ran (ran counts those that did). No lock.
 -- name: JobStatsTenant :many
 WITH clock AS MATERIALIZED (
-    SELECT now() AS now
+    SELECT now() AS now, current_schema() AS serial_plan
 ),
 live_status AS (
     SELECT jq.job_type, jq.status,
@@ -57,15 +63,20 @@ finished AS MATERIALIZED (
       AND jq.finished_at < now()
       AND (sqlc.narg(job_type)::text IS NULL OR jq.job_type = sqlc.narg(job_type)::text)
 ),
-recent AS (
+recent_runs AS (
     SELECT job_type,
            count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
            count(*) FILTER (WHERE status = 'DEAD_LETTERED') AS dead_lettered,
            count(*) FILTER (WHERE status = 'CANCELED') AS canceled,
            count(run_seconds) AS ran,
-           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run_seconds) AS run_p
+           array_agg(run_seconds) FILTER (WHERE run_seconds IS NOT NULL) AS runs
     FROM finished
     GROUP BY job_type
+),
+recent AS (
+    SELECT r.job_type, r.succeeded, r.dead_lettered, r.canceled, r.ran,
+           (SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY x) FROM unnest(r.runs) x) AS run_p
+    FROM recent_runs r
 ),
 types AS (
     SELECT coalesce(l.job_type, r.job_type) AS job_type,
@@ -94,10 +105,11 @@ ORDER BY 2;
 -- on the coordinator, which computes the percentiles). Its cost follows
 -- the live queue (idx_job_queue_live_type, grouped by tenant, type and
 -- status in the index's order, then summed per type) and the window
--- (idx_job_queue_finished). No lock.
+-- (idx_job_queue_finished). Never planned with parallel workers (as
+-- JobStatsTenant). No lock.
 -- name: JobStatsAll :many
 WITH clock AS MATERIALIZED (
-    SELECT now() AS now
+    SELECT now() AS now, current_schema() AS serial_plan
 ),
 live_status AS (
     SELECT jq.organization_id, jq.job_type, jq.status,
@@ -128,15 +140,20 @@ finished AS MATERIALIZED (
       AND jq.finished_at < now()
       AND (sqlc.narg(job_type)::text IS NULL OR jq.job_type = sqlc.narg(job_type)::text)
 ),
-recent AS (
+recent_runs AS (
     SELECT job_type,
            count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
            count(*) FILTER (WHERE status = 'DEAD_LETTERED') AS dead_lettered,
            count(*) FILTER (WHERE status = 'CANCELED') AS canceled,
            count(run_seconds) AS ran,
-           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run_seconds) AS run_p
+           array_agg(run_seconds) FILTER (WHERE run_seconds IS NOT NULL) AS runs
     FROM finished
     GROUP BY job_type
+),
+recent AS (
+    SELECT r.job_type, r.succeeded, r.dead_lettered, r.canceled, r.ran,
+           (SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY x) FROM unnest(r.runs) x) AS run_p
+    FROM recent_runs r
 ),
 types AS (
     SELECT coalesce(l.job_type, r.job_type) AS job_type,

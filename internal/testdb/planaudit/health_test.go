@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,26 +71,7 @@ func TestStatsCostFollowsLiveQueue(t *testing.T) {
 			{"JobStatsAll", &r.all},
 			{"JobStatsTenant", &r.tenant},
 		} {
-			q, ok := Get(queries, c.name)
-			if !ok {
-				t.Fatalf("no %s statement in db/", c.name)
-			}
-			sql, err := q.Substitute(func(param string) string {
-				switch param {
-				case "OrganizationID":
-					return org + "::uuid"
-				case "JobType":
-					return "NULL::text"
-				case "WindowSeconds":
-					return "3600::float8"
-				}
-				t.Fatalf("%s: unexpected parameter %s", c.name, param)
-				return ""
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			*c.into = planPages(t, ctx, pool, sql)
+			*c.into = planPages(t, ctx, pool, statsSQL(t, queries, c.name, org))
 		}
 		r.control = planPages(t, ctx, pool, `SELECT count(*) FROM job_queue WHERE status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')`)
 		return r
@@ -140,4 +122,89 @@ func planPages(t *testing.T, ctx context.Context, q interface {
 		t.Fatalf("decode plan: %v", err)
 	}
 	return doc[0].Plan.Hit + doc[0].Plan.Read
+}
+
+// statsSQL is the stats statement name of queries with literals for its
+// parameters: the tenant org, every job type, a one-hour window.
+func statsSQL(t *testing.T, queries []Query, name, org string) string {
+	t.Helper()
+	q, ok := Get(queries, name)
+	if !ok {
+		t.Fatalf("no %s statement in db/", name)
+	}
+	sql, err := q.Substitute(func(param string) string {
+		switch param {
+		case "OrganizationID":
+			return org + "::uuid"
+		case "JobType":
+			return "NULL::text"
+		case "WindowSeconds":
+			return "3600::float8"
+		}
+		t.Fatalf("%s: unexpected parameter %s", name, param)
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sql
+}
+
+// The stats statements are never planned with parallel workers, even where
+// the planner would find them cheapest: here every parallel cost is set to
+// nothing, so that the same reads without the statements' parallel-unsafe
+// call are planned under a Gather (the control).
+func TestStatsPlanNoParallelWorkers(t *testing.T) {
+	t.Parallel()
+	if testdb.Citus() {
+		t.Skip("single-server plans; on Citus each shard plans its own part")
+	}
+	ctx := testdb.Context(t)
+	queries, err := Load("../../../db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testdb.New(t)
+	for _, stmt := range []string{
+		`INSERT INTO job_definitions (job_type) SELECT 'type-' || n FROM generate_series(0, 4) n`,
+		`INSERT INTO job_queue (job_type, organization_id, status, max_attempts, attempt, next_run_at, lease_expires_at, worker_id, stage)
+		 SELECT 'type-' || (n % 5), ('00000000-0000-4000-8000-00000000000' || (n % 3))::uuid,
+		        (ARRAY['PENDING','PENDING','LEASED']::job_status[])[1 + n % 3], 3, CASE WHEN n % 3 = 2 THEN 1 ELSE 0 END,
+		        now() + make_interval(secs => n - 1000), CASE WHEN n % 3 = 2 THEN now() END, CASE WHEN n % 3 = 2 THEN 'w' END, 'queued'
+		 FROM generate_series(1, 5000) n`,
+		`INSERT INTO job_queue (job_type, organization_id, status, max_attempts, attempt, stage, started_at, finished_at)
+		 SELECT 'type-' || (n % 5), ('00000000-0000-4000-8000-00000000000' || (n % 3))::uuid, 'SUCCEEDED', 3, 1, 'completed',
+		        now() - make_interval(secs => n) - interval '2 seconds', now() - make_interval(secs => n)
+		 FROM generate_series(1, 2000) n`,
+		`VACUUM ANALYZE job_queue`,
+	} {
+		testdb.Exec(t, pool, stmt)
+	}
+	const org = "'00000000-0000-4000-8000-000000000001'"
+	gathers := func(sql string) int {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, set := range []string{"parallel_setup_cost = 0", "parallel_tuple_cost = 0",
+			"min_parallel_table_scan_size = 0", "min_parallel_index_scan_size = 0", "max_parallel_workers_per_gather = 2"} {
+			testdb.Exec(t, tx, "SET LOCAL "+set)
+		}
+		var plan string
+		if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql).Scan(&plan); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+		return strings.Count(plan, `"Node Type": "Gather`)
+	}
+	if n := gathers(`SELECT organization_id, job_type, status, count(*) FROM job_queue
+		WHERE status IN ('PENDING', 'LEASED') GROUP BY 1, 2, 3`); n == 0 {
+		t.Fatal("the control was planned without a Gather: the settings do not make parallel plans cheapest")
+	}
+	for _, name := range []string{"JobStatsAll", "JobStatsTenant"} {
+		if n := gathers(statsSQL(t, queries, name, org)); n != 0 {
+			t.Errorf("%s planned with %d Gather nodes: its reads may start parallel workers", name, n)
+		}
+	}
 }
