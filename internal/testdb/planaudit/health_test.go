@@ -152,8 +152,8 @@ func statsSQL(t *testing.T, queries []Query, name, org string) string {
 
 // The stats statements are never planned with parallel workers, even where
 // the planner would find them cheapest: here every parallel cost is set to
-// nothing, so that the same reads without the statements' parallel-unsafe
-// call are planned under a Gather (the control).
+// nothing, so that a grouped count of the live queue, the read the stats
+// make, is planned under a Gather (the control).
 func TestStatsPlanNoParallelWorkers(t *testing.T) {
 	t.Parallel()
 	if testdb.Citus() {
