@@ -98,14 +98,14 @@ func prepare(ctx context.Context, url string, n int, logf func(string, ...any)) 
 		        jsonb_build_object('to', 'user' || n || '@example.com', 'template', 'receipt', 'n', n),
 		        100, 5, 900, now() - interval '5 minutes', 'queued', now() - interval '5 minutes', now() - interval '5 minutes'
 		 FROM generate_series(1, $1::bigint) n`,
-		`INSERT INTO job_events (job_id, run_number, event_type, stage, payload, occurred_at)
-		 SELECT runledger_bench_replay_id(n), 1, 'ENQUEUED', 'queued',
+		`INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload, occurred_at)
+		 SELECT '`+Org.String()+`', runledger_bench_replay_id(n), 1, 'ENQUEUED', 'queued',
 		        jsonb_build_object('job_type', '`+JobType+`', 'replayed_from_job_id', runledger_bench_id(n)::text,
 		            'replayed_from_run_number', 1, 'replay_request_key', '`+SeedKey+`', 'reason', '`+SeedKey+`'),
 		        now() - interval '5 minutes'
 		 FROM generate_series(1, $1::bigint) n`,
-		`INSERT INTO job_replays (source_job_id, source_run_number, replay_request_key, replay_job_id, reason, created_at)
-		 SELECT runledger_bench_id(n), 1, '`+SeedKey+`', runledger_bench_replay_id(n), '`+SeedKey+`', now() - interval '5 minutes'
+		`INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason, created_at)
+		 SELECT '`+Org.String()+`', runledger_bench_id(n), 1, '`+SeedKey+`', runledger_bench_replay_id(n), '`+SeedKey+`', now() - interval '5 minutes'
 		 FROM generate_series(1, $1::bigint) n`,
 	)
 	for _, stmt := range steps {
