@@ -36,9 +36,9 @@ const MinWriterSecret = 4
 // A Redactor hides a set of secrets. The zero value and nil hide nothing.
 type Redactor struct {
 	secrets  []string
-	literals []string // the forms of the secrets replaced as bytes, longest first
-	all     *regexp.Regexp // every secret
-	long    *regexp.Regexp // the secrets of at least MinWriterSecret bytes
+	literals []string       // the forms of the secrets replaced as bytes, longest first
+	all      *regexp.Regexp // every secret
+	long     *regexp.Regexp // the secrets of at least MinWriterSecret bytes
 }
 
 // Secrets returns the passwords pgx would send for the connection string
