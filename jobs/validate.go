@@ -1,11 +1,7 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -175,73 +171,8 @@ func validateLimit(n int, kind errs.Kind, what string) error {
 }
 
 // validateJSON checks that b is one JSON value that PostgreSQL's jsonb can
-// store: valid UTF-8, valid JSON, no \u0000 escape and no unpaired UTF-16
-// surrogate escape (jsonb refuses both). It does not parse b twice: after
-// json.Valid it only scans the escapes.
+// store (validate.JSONB): valid UTF-8 and JSON, no \u0000 escape, no
+// unpaired UTF-16 surrogate escape, every number within numeric's range.
 func validateJSON(b []byte) error {
-	if !utf8.Valid(b) {
-		return fmt.Errorf("not valid UTF-8")
-	}
-	if !json.Valid(b) {
-		return fmt.Errorf("not valid JSON")
-	}
-	if bytes.IndexByte(b, '\\') < 0 {
-		return nil
-	}
-	// Backslashes occur only inside strings of valid JSON, and each starts
-	// one escape.
-	pendingHigh := false
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			continue
-		}
-		i++ // json.Valid guarantees a character follows.
-		if b[i] != 'u' {
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			continue
-		}
-		var r rune
-		for _, c := range b[i+1 : i+5] {
-			r = r<<4 | rune(hexValue(c))
-		}
-		i += 4
-		switch {
-		case r == 0:
-			return fmt.Errorf(`holds \u0000, which jsonb cannot store`)
-		case r >= 0xD800 && r <= 0xDBFF:
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			pendingHigh = true
-		case r >= 0xDC00 && r <= 0xDFFF:
-			if !pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			pendingHigh = false
-		default:
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-		}
-	}
-	if pendingHigh {
-		return fmt.Errorf("unpaired UTF-16 surrogate escape")
-	}
-	return nil
-}
-
-func hexValue(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
-	default:
-		return c - 'A' + 10
-	}
+	return validate.JSONB(b)
 }
