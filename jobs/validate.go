@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,7 +44,7 @@ var (
 	errJobTypeInvalid = errs.Validation("job.job_type_invalid",
 		"Job type must be valid UTF-8 without NUL bytes.")
 	errJobTypeTooLong = errs.Validation("job.job_type_too_long",
-		"Job type is too long.")
+		"Job type is too long (at most 255 bytes).")
 	errPayloadTooLarge = errs.Validation("job.payload_too_large",
 		"Job payload is too large.")
 	errOutputTooLarge = errs.Validation("job.output_too_large",
@@ -65,7 +66,7 @@ var (
 	errClaimLimitInvalid = errs.Validation("job.claim_limit_invalid",
 		"Claim limit must be between 1 and 1000.")
 	errLeaseDurationInvalid = errs.Validation("job.lease_duration_invalid",
-		"Lease duration must be positive.")
+		"Lease duration is out of range (1µs to 24h).")
 	errOutputInvalid = errs.Validation("job.output_invalid",
 		"Job output must be valid JSON.")
 	errProgressInvalid = errs.Validation("job.progress_invalid",
@@ -93,8 +94,15 @@ var (
 		"Workflow step jobs cannot have an idempotency key.")
 )
 
+// invalid returns an error of kind whose client message says what was
+// refused and why, with the limit that was broken and the value given
+// (the detail, which holds only the caller's own input): "Lease duration
+// is out of range (1µs to 24h): lease must be between 1µs and 24h0m0s, got
+// 25h0m0s."
 func invalid(kind errs.Kind, format string, args ...any) error {
-	return kind.Newf(format, args...)
+	e := kind.Newf(format, args...)
+	e.Message = strings.TrimSuffix(kind.Message, ".") + ": " + e.Detail + "."
+	return e
 }
 
 // validated runs op on q once req is valid: every entry point validates

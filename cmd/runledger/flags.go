@@ -75,6 +75,17 @@ func (f *flagSet) list(name, usage string) *[]string {
 	return (*[]string)(v)
 }
 
+// jobTypes defines a repeatable flag of comma-separated job types. A job
+// type is taken exactly as given, as every command takes one (--type of
+// enqueue, stats, the bulk commands): never trimmed, so that " email" names
+// the type " email" everywhere; an item that is blank (empty after
+// trimming white space) is refused, as a blank --type is everywhere.
+func (f *flagSet) jobTypes(name, usage string) *[]string {
+	v := new(jobTypesValue)
+	f.define(v, name, usage)
+	return (*[]string)(v)
+}
+
 // int32Opt defines an optional 32-bit integer flag; it stays nil unless
 // given.
 func (f *flagSet) int32Opt(name, usage string) **int32 {
@@ -318,6 +329,19 @@ func (l *listValue) Set(v string) error {
 	}
 	if len(*l) == n {
 		return errors.New("must name at least one value")
+	}
+	return nil
+}
+
+type jobTypesValue []string
+
+func (l *jobTypesValue) String() string { return strings.Join(*l, ",") }
+func (l *jobTypesValue) Set(v string) error {
+	for i, item := range strings.Split(v, ",") {
+		if strings.TrimSpace(item) == "" {
+			return fmt.Errorf("item %d of %s is blank: want job types separated by commas, each taken exactly as given", i+1, clip(v))
+		}
+		*l = append(*l, item)
 	}
 	return nil
 }
