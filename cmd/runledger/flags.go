@@ -470,6 +470,12 @@ func (v *timeValue) Set(s string) error {
 		return errors.New("must be an RFC 3339 time such as 2026-11-30T09:00:00Z or 2026-11-30T10:00:00+01:00")
 	}
 	t = t.UTC()
+	// RFC 3339 writes years 0000 to 9999, and PostgreSQL has no year 0: a
+	// time outside years 1 to 9999 in UTC could be neither stored as given
+	// nor printed back.
+	if y := t.Year(); y < 1 || y > 9999 {
+		return errors.New("must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z in UTC")
+	}
 	v.p = &t
 	return nil
 }
