@@ -101,7 +101,13 @@ var (
 // 25h0m0s."
 func invalid(kind errs.Kind, format string, args ...any) error {
 	e := kind.Newf(format, args...)
-	e.Message = strings.TrimSuffix(kind.Message, ".") + ": " + e.Detail + "."
+	head := strings.TrimSuffix(kind.Message, ".")
+	if len(e.Detail) >= len(head) && strings.EqualFold(e.Detail[:len(head)], head) {
+		// The detail says it all ("max attempts must be positive, got 0").
+		e.Message = head + e.Detail[len(head):] + "."
+	} else {
+		e.Message = head + ": " + e.Detail + "."
+	}
 	return e
 }
 
