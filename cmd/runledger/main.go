@@ -33,6 +33,8 @@ func main() {
 // the process: args exclude the program name and getenv supplies
 // DATABASE_URL.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	// Every output passes the password's redaction (secrets.go): the
+	// streams, and each error before it is printed.
 	red := redactorFor(args, getenv)
 	stdout, stderr = red.Writer(stdout), red.Writer(stderr)
 	writeError := func(w io.Writer, asJSON bool, cmd string, err error) {
