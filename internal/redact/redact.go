@@ -249,6 +249,10 @@ type writer struct {
 	w io.Writer
 }
 
+// Unwrap returns the writer w writes to, so that a caller can still ask
+// whether output goes to a terminal.
+func (w *writer) Unwrap() io.Writer { return w.w }
+
 func (w *writer) Write(p []byte) (int, error) {
 	out := p
 	for _, lit := range w.r.literals {

@@ -2,6 +2,7 @@ package redact_test
 
 import (
 	"bytes"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -130,4 +131,15 @@ func FuzzRedactDSN(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWriterUnwraps: a redacting writer shows what it writes to, so that
+// the command line can still tell a terminal.
+func TestWriterUnwraps(t *testing.T) {
+	var buf bytes.Buffer
+	w := redact.New("long-secret").Writer(&buf)
+	u, ok := w.(interface{ Unwrap() io.Writer })
+	if !ok || u.Unwrap() != io.Writer(&buf) {
+		t.Fatalf("Writer does not unwrap to its destination")
+	}
 }
