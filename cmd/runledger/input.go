@@ -192,9 +192,13 @@ type ctxReader struct {
 	results chan readResult
 	pending bool // a read was asked for and has not answered
 	buf     []byte
+	err     error // the error that ended the reading goroutine, returned again
 }
 
 func (c *ctxReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
 	if !c.started {
 		c.started = true
 		go c.loop()
@@ -213,6 +217,7 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	select {
 	case res := <-c.results:
 		c.pending = false
+		c.err = res.err
 		copy(p, c.buf[:res.n])
 		return res.n, res.err
 	case <-c.ctx.Done():
