@@ -1,11 +1,8 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"unicode/utf8"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,7 +44,7 @@ var (
 	errJobTypeInvalid = errs.Validation("job.job_type_invalid",
 		"Job type must be valid UTF-8 without NUL bytes.")
 	errJobTypeTooLong = errs.Validation("job.job_type_too_long",
-		"Job type is too long.")
+		"Job type is too long (at most 255 bytes).")
 	errPayloadTooLarge = errs.Validation("job.payload_too_large",
 		"Job payload is too large.")
 	errOutputTooLarge = errs.Validation("job.output_too_large",
@@ -69,7 +66,7 @@ var (
 	errClaimLimitInvalid = errs.Validation("job.claim_limit_invalid",
 		"Claim limit must be between 1 and 1000.")
 	errLeaseDurationInvalid = errs.Validation("job.lease_duration_invalid",
-		"Lease duration must be positive.")
+		"Lease duration is out of range (1µs to 24h).")
 	errOutputInvalid = errs.Validation("job.output_invalid",
 		"Job output must be valid JSON.")
 	errProgressInvalid = errs.Validation("job.progress_invalid",
@@ -97,8 +94,21 @@ var (
 		"Workflow step jobs cannot have an idempotency key.")
 )
 
+// invalid returns an error of kind whose client message says what was
+// refused and why, with the limit that was broken and the value given
+// (the detail, which holds only the caller's own input): "Lease duration
+// is out of range (1µs to 24h): lease must be between 1µs and 24h0m0s, got
+// 25h0m0s."
 func invalid(kind errs.Kind, format string, args ...any) error {
-	return kind.Newf(format, args...)
+	e := kind.Newf(format, args...)
+	head := strings.TrimSuffix(kind.Message, ".")
+	if len(e.Detail) >= len(head) && strings.EqualFold(e.Detail[:len(head)], head) {
+		// The detail says it all ("max attempts must be positive, got 0").
+		e.Message = head + e.Detail[len(head):] + "."
+	} else {
+		e.Message = head + ": " + e.Detail + "."
+	}
+	return e
 }
 
 // validated runs op on q once req is valid: every entry point validates
@@ -175,73 +185,8 @@ func validateLimit(n int, kind errs.Kind, what string) error {
 }
 
 // validateJSON checks that b is one JSON value that PostgreSQL's jsonb can
-// store: valid UTF-8, valid JSON, no \u0000 escape and no unpaired UTF-16
-// surrogate escape (jsonb refuses both). It does not parse b twice: after
-// json.Valid it only scans the escapes.
+// store (validate.JSONB): valid UTF-8 and JSON, no \u0000 escape, no
+// unpaired UTF-16 surrogate escape, every number within numeric's range.
 func validateJSON(b []byte) error {
-	if !utf8.Valid(b) {
-		return fmt.Errorf("not valid UTF-8")
-	}
-	if !json.Valid(b) {
-		return fmt.Errorf("not valid JSON")
-	}
-	if bytes.IndexByte(b, '\\') < 0 {
-		return nil
-	}
-	// Backslashes occur only inside strings of valid JSON, and each starts
-	// one escape.
-	pendingHigh := false
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			continue
-		}
-		i++ // json.Valid guarantees a character follows.
-		if b[i] != 'u' {
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			continue
-		}
-		var r rune
-		for _, c := range b[i+1 : i+5] {
-			r = r<<4 | rune(hexValue(c))
-		}
-		i += 4
-		switch {
-		case r == 0:
-			return fmt.Errorf(`holds \u0000, which jsonb cannot store`)
-		case r >= 0xD800 && r <= 0xDBFF:
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			pendingHigh = true
-		case r >= 0xDC00 && r <= 0xDFFF:
-			if !pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-			pendingHigh = false
-		default:
-			if pendingHigh {
-				return fmt.Errorf("unpaired UTF-16 surrogate escape")
-			}
-		}
-	}
-	if pendingHigh {
-		return fmt.Errorf("unpaired UTF-16 surrogate escape")
-	}
-	return nil
-}
-
-func hexValue(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
-	default:
-		return c - 'A' + 10
-	}
+	return validate.JSONB(b)
 }

@@ -51,7 +51,7 @@ var (
 	errBulkJobTypeInvalid = errs.Validation("job.job_type_invalid",
 		"Job type must be valid UTF-8 without NUL bytes.")
 	errBulkJobTypeTooLong = errs.Validation("job.job_type_too_long",
-		"Job type is too long.")
+		"Job type is too long (at most 255 bytes).")
 )
 
 // BulkRequest is one bulk action: one key and one reason for every source

@@ -21,10 +21,10 @@ import (
 var replayValidationMessages = map[runledger.Code]string{
 	"job.replay_request_key_blank":    "Job replay request key must not be blank.",
 	"job.replay_request_key_invalid":  "Job replay request key must be valid UTF-8 without NUL bytes.",
-	"job.replay_request_key_too_long": "Job replay request key is too long.",
+	"job.replay_request_key_too_long": "Job replay request key is too long (at most 512 bytes).",
 	"job.replay_reason_blank":         "Job replay reason must not be blank.",
 	"job.replay_reason_invalid":       "Job replay reason must be valid UTF-8 without NUL bytes.",
-	"job.replay_reason_too_long":      "Job replay reason is too long.",
+	"job.replay_reason_too_long":      "Job replay reason is too long (at most 4096 bytes).",
 }
 
 // expectedValidation is the documented rule set of Request.Validate,

@@ -19,13 +19,13 @@ var (
 	errKeyInvalid = errs.Validation("job.replay_request_key_invalid",
 		"Job replay request key must be valid UTF-8 without NUL bytes.")
 	errKeyTooLong = errs.Validation("job.replay_request_key_too_long",
-		"Job replay request key is too long.")
+		"Job replay request key is too long (at most 512 bytes).")
 	errReasonBlank = errs.Validation("job.replay_reason_blank",
 		"Job replay reason must not be blank.")
 	errReasonInvalid = errs.Validation("job.replay_reason_invalid",
 		"Job replay reason must be valid UTF-8 without NUL bytes.")
 	errReasonTooLong = errs.Validation("job.replay_reason_too_long",
-		"Job replay reason is too long.")
+		"Job replay reason is too long (at most 4096 bytes).")
 )
 
 // errReplayMissingExisting is the Internal error of a lineage row whose

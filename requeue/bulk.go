@@ -57,7 +57,7 @@ var (
 	errBulkJobTypeBlank = errs.Validation("job.job_type_blank",
 		"Job type must not be blank.")
 	errBulkJobTypeTooLong = errs.Validation("job.job_type_too_long",
-		"Job type is too long.")
+		"Job type is too long (at most 255 bytes).")
 	errBulkErrorCode = errs.Validation("job.requeue_bulk_error_code_invalid",
 		"Bulk requeue error code must be non-blank, valid UTF-8 without NUL bytes, at most 255 bytes.")
 )

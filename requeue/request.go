@@ -41,7 +41,7 @@ var (
 	errReasonInvalid = errs.Validation(CodeReasonInvalid,
 		"Job requeue reason must be valid UTF-8 without NUL bytes.")
 	errReasonTooLong = errs.Validation(CodeReasonTooLong,
-		"Job requeue reason is too long.")
+		"Job requeue reason is too long (at most 4096 bytes).")
 	errStatusInvalid = errs.Validation(CodeStatusInvalid,
 		"Only a DEAD_LETTERED or CANCELED job can be requeued; a SUCCEEDED job is replayed, not requeued.")
 	errPolicyInvalid = errs.Validation(CodeStatePolicyInvalid,

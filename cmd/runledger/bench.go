@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -149,11 +148,7 @@ column); 1 the database or pgbench could not be run; 2 bad flags.`,
 				opts.DatabaseURL = u
 			}
 			opts.Progress = inv.stderr
-			if f, ok := inv.stderr.(*os.File); ok {
-				if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-					opts.ProgressTTY = true
-				}
-			}
+			opts.ProgressTTY = isTerminal(inv.stderr)
 			rep, err := bench.Run(ctx, opts)
 			if err != nil {
 				return nil, err

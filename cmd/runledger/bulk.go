@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/redact"
 )
 
 // The command-line side of every bulk command (replay-bulk, and the ones
@@ -358,12 +359,12 @@ func (r *bulkRunner) resume() string {
 		extra = []string{r.kind.untilFlag, at}
 		how = fmt.Sprintf("run the same command with %s %s, the bound it pinned at its start", r.kind.untilFlag, at)
 	}
-	cmd := resumeCommand(r.inv.argv, extra...)
+	cmd := r.inv.redact.String(resumeCommand(r.inv.argv, extra...))
 	var notes []string
 	if r.fromStdin {
 		notes = append(notes, "with the same list on stdin")
 	}
-	if strings.Contains(cmd, "xxxxx") && !strings.Contains(strings.Join(r.inv.argv, " "), "xxxxx") {
+	if strings.Contains(cmd, redact.Mask) && !strings.Contains(strings.Join(r.inv.argv, " "), redact.Mask) {
 		notes = append(notes, "the database password is hidden")
 	}
 	if len(notes) > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -22,7 +23,9 @@ import (
 // not hold the list:
 //
 //  1. stdin is copied to a temporary file (removed at once, so it goes
-//     away with the process), so that the list can be read again;
+//     away with the process), so that the list can be read again, each
+//     line checked as it is copied (input.go: the first bad line, a line
+//     too long, more than --max-input-bytes or an interrupt stop it);
 //  2. a first pass checks every line's syntax and feeds each job id to a
 //     Bloom filter (about 10 bits per possible source, sized from the
 //     input's length); an id the filter may have seen is a candidate, kept
@@ -34,10 +37,6 @@ import (
 // So the check holds about 1.25 bytes per source of Bloom filter (10 bits
 // per 35 bytes of input, the shortest source line) plus some 40 bytes per
 // candidate, and the action a chunk; see README ("Bulk replay").
-
-// maxSourceLine is the longest --from line accepted, in bytes; a source
-// line is about 40.
-const maxSourceLine = 64 << 10
 
 // Bloom filter of the duplicate check: bloomBitsPerSource bits per
 // possible source and bloomHashes probes give about 0.8% false
@@ -74,20 +73,38 @@ type sourceList[S any] struct {
 // openSourceList opens and checks the list at path ("-": stdin). Every
 // error is a validation error (exit 2) naming the line, found before any
 // database work: the first malformed line, else the first line naming a
-// job an earlier line named, else an empty list. Close the list when done.
-func openSourceList[S any](syn listSyntax[S], path string, stdin io.Reader) (*sourceList[S], error) {
+// job an earlier line named, else an empty list. stdin (and any input
+// that is not a regular file, such as a pipe) is read as a bounded stream
+// (see readLines): checked as it is spooled, refused at its first bad
+// line or beyond maxBytes, and given up when ctx ends. Close the list
+// when done.
+func openSourceList[S any](ctx context.Context, syn listSyntax[S], path string, stdin io.Reader, maxBytes int64) (*sourceList[S], error) {
 	l := &sourceList[S]{syntax: syn, name: path}
+	var in io.Reader
 	if path == "-" {
 		l.name = "stdin"
-		f, err := spool(stdin)
-		if err != nil {
-			return nil, invalidArgf("%s: cannot read --from stdin: %s", syn.cmd, pathErrorCause(err))
-		}
-		l.f = f
+		in = stdin
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, invalidArgf("%s: cannot read --from %s: %s", syn.cmd, path, pathErrorCause(err))
+		}
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			l.f = f
+		} else {
+			defer f.Close()
+			in = f
+		}
+	}
+	if l.f == nil {
+		f, err := spool(ctx, inputSource{cmd: syn.cmd, name: "--from " + l.name, maxBytes: maxBytes}, in, func(n int, text []byte) error {
+			if _, _, err := syn.line(l.name, n, text); err != nil && err != errSkip {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 		l.f = f
 	}
@@ -98,24 +115,47 @@ func openSourceList[S any](syn listSyntax[S], path string, stdin io.Reader) (*so
 	return l, nil
 }
 
-// spool copies r to a temporary file, removed at once, and returns it
-// positioned at its start.
-func spool(r io.Reader) (*os.File, error) {
+// spool copies r to a temporary file, removed at once, checking each line
+// with check as it goes (see readLines), and returns the file positioned
+// at its start.
+func spool(ctx context.Context, in inputSource, r io.Reader, check func(int, []byte) error) (*os.File, error) {
 	f, err := os.CreateTemp("", "runledger-from-*")
 	if err != nil {
-		return nil, err
+		return nil, invalidArgf("%s: cannot read %s: %s", in.cmd, in.name, pathErrorCause(err))
 	}
 	_ = os.Remove(f.Name()) // the open file stays readable; nothing is left behind
-	if _, err := io.Copy(f, r); err != nil {
+	w := bufio.NewWriterSize(f, 64<<10)
+	if _, err := readLines(ctx, in, r, w, check); err != nil {
 		f.Close()
 		return nil, err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return nil, invalidArgf("%s: cannot spool %s: %s", in.cmd, in.name, pathErrorCause(err))
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()
-		return nil, err
+		return nil, invalidArgf("%s: cannot spool %s: %s", in.cmd, in.name, pathErrorCause(err))
 	}
 	return f, nil
 }
+
+// line checks one line of the list: blank and comment lines yield ok
+// false and no error; a malformed one a validation error naming it.
+func (syn listSyntax[S]) line(name string, n int, text []byte) (src S, id uuid.UUID, err error) {
+	line := strings.TrimSpace(string(text))
+	if line == "" || strings.HasPrefix(line, "#") {
+		return src, id, errSkip
+	}
+	src, id, problem := syn.parse(strings.Fields(line))
+	if problem != "" {
+		return src, id, invalidArgf("%s: --from %s line %d: %s", syn.cmd, name, n, problem)
+	}
+	return src, id, nil
+}
+
+// errSkip marks a blank or comment line.
+var errSkip = errors.New("skip")
 
 // Len is the number of sources the list holds.
 func (l *sourceList[S]) Len() int { return l.sources }
@@ -220,17 +260,16 @@ func (l *sourceList[S]) scan(fn func(line int, src S, id uuid.UUID) error) (int,
 		return 0, invalidArgf("%s: cannot read --from %s: %s", l.syntax.cmd, l.name, pathErrorCause(err))
 	}
 	sc := bufio.NewScanner(l.f)
-	sc.Buffer(make([]byte, 0, 4096), maxSourceLine)
+	sc.Buffer(make([]byte, 0, 4096), maxInputLine+2)
 	n := 0
 	for sc.Scan() {
 		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		src, id, err := l.syntax.line(l.name, n, sc.Bytes())
+		if err == errSkip {
 			continue
 		}
-		src, id, problem := l.syntax.parse(strings.Fields(line))
-		if problem != "" {
-			return n, invalidArgf("%s: --from %s line %d: %s", l.syntax.cmd, l.name, n, problem)
+		if err != nil {
+			return n, err
 		}
 		if err := fn(n, src, id); err != nil {
 			return n, err
@@ -238,7 +277,7 @@ func (l *sourceList[S]) scan(fn func(line int, src S, id uuid.UUID) error) (int,
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return n + 1, invalidArgf("%s: --from %s line %d: line longer than %d bytes", l.syntax.cmd, l.name, n+1, maxSourceLine)
+			return n + 1, errs.Validation(codeInputLineTooLong, fmt.Sprintf("%s: --from %s line %d: line longer than %d bytes", l.syntax.cmd, l.name, n+1, maxInputLine)).New("")
 		}
 		return n, invalidArgf("%s: cannot read --from %s: %s", l.syntax.cmd, l.name, pathErrorCause(err))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -98,7 +99,7 @@ func TestReplayBulkListIsCheckedAndStreamedInBoundedMemory(t *testing.T) {
 	var read int
 	var err error
 	peak := peakHeap(func() {
-		list, err = openSourceList(replaySources, path, nil)
+		list, err = openSourceList(context.Background(), replaySources, path, nil, defaultMaxInputBytes)
 		if err != nil {
 			return
 		}
@@ -163,7 +164,7 @@ func TestSourceListNamesTheFirstDuplicate(t *testing.T) {
 		}
 		return id.String() + " 1"
 	})
-	_, err := openSourceList(replaySources, path, nil)
+	_, err := openSourceList(context.Background(), replaySources, path, nil, defaultMaxInputBytes)
 	e := asError(err)
 	if e == nil || e.Code != codeBulkDuplicate || !strings.Contains(e.Message, "line 120001: duplicate source: job "+first.String()+" is already on line 10") {
 		t.Fatalf("error %v, want the duplicate on line 120001 of line 10", err)
@@ -176,7 +177,7 @@ func TestSourceListNamesTheFirstDuplicate(t *testing.T) {
 func TestSourceListFromStdinAndChangedFiles(t *testing.T) {
 	t.Parallel()
 	a, b := uuid.New(), uuid.New()
-	list, err := openSourceList(replaySources, "-", strings.NewReader("# two\n"+a.String()+" 1\r\n\n"+b.String()+" 3\n"))
+	list, err := openSourceList(context.Background(), replaySources, "-", strings.NewReader("# two\n"+a.String()+" 1\r\n\n"+b.String()+" 3\n"), defaultMaxInputBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestSourceListFromStdinAndChangedFiles(t *testing.T) {
 		{"broken", a.String() + " 1\nnot a source\n"},
 	} {
 		path := writeList(t, a.String()+" 1", b.String()+" 1")
-		list, err := openSourceList(replaySources, path, nil)
+		list, err := openSourceList(context.Background(), replaySources, path, nil, defaultMaxInputBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +227,7 @@ func TestSourceListFromStdinAndChangedFiles(t *testing.T) {
 			t.Errorf("%s: a list changed mid-action is a validation error (exit 2, which says nothing was written)", tc.name)
 		}
 	}
-	if _, err := openSourceList(replaySources, "-", errReader{}); asError(err) == nil || !strings.Contains(asError(err).Message, "cannot read --from stdin: broken pipe") {
+	if _, err := openSourceList(context.Background(), replaySources, "-", errReader{}, defaultMaxInputBytes); asError(err) == nil || !strings.Contains(asError(err).Message, "cannot read --from stdin: broken pipe") {
 		t.Fatalf("an unreadable stdin: %v", err)
 	}
 }

@@ -75,8 +75,12 @@ func redactPassword(s string) string {
 	return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
 }
 
-// isTerminal reports whether w is a terminal (a character device).
+// isTerminal reports whether w is a terminal (a character device),
+// looking through the password's redaction.
 func isTerminal(w io.Writer) bool {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		w = u.Unwrap()
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

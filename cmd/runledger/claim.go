@@ -28,7 +28,7 @@ Exit codes: 0 done (even with no job); 2 invalid input; 1 other errors.`,
 	setup: func(fs *flagSet) runFunc {
 		worker := fs.str("worker", "`W`: the worker id; complete and fail must repeat it.")
 		fs.requireFlag("worker")
-		types := fs.list("type", "`T`: claim only jobs of this type; repeat the flag or separate types with commas. Default: every type.")
+		types := fs.jobTypes("type", "`T`: claim only jobs of this type, taken exactly as given (not trimmed); repeat the flag or separate types with commas. Default: every type.")
 		limit := fs.intDefault("limit", 1, "`N`: the most jobs to lease, 1 to 1000.")
 		lease := fs.duration("lease", 30*time.Second, "`D`: how long the worker holds each job, as a Go duration (30s, 5m, 1h30m).")
 		return func(ctx context.Context, inv *invocation) (result, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
+	"github.com/runledger-go/runledger/internal/redact"
 )
 
 // connectTimeout bounds each connection attempt unless the URL sets
@@ -38,6 +39,7 @@ type invocation struct {
 	stdout      io.Writer
 	stderr      io.Writer
 	getenv      func(string) string
+	redact      *redact.Redactor // hides the database password (secrets.go)
 
 	pool  *pgxpool.Pool
 	sqlDB *sql.DB

@@ -75,6 +75,17 @@ func (f *flagSet) list(name, usage string) *[]string {
 	return (*[]string)(v)
 }
 
+// jobTypes defines a repeatable flag of comma-separated job types. A job
+// type is taken exactly as given, as every command takes one (--type of
+// enqueue, stats, the bulk commands): never trimmed, so that " email" names
+// the type " email" everywhere; an item that is blank (empty after
+// trimming white space) is refused, as a blank --type is everywhere.
+func (f *flagSet) jobTypes(name, usage string) *[]string {
+	v := new(jobTypesValue)
+	f.define(v, name, usage)
+	return (*[]string)(v)
+}
+
 // int32Opt defines an optional 32-bit integer flag; it stays nil unless
 // given.
 func (f *flagSet) int32Opt(name, usage string) **int32 {
@@ -322,6 +333,19 @@ func (l *listValue) Set(v string) error {
 	return nil
 }
 
+type jobTypesValue []string
+
+func (l *jobTypesValue) String() string { return strings.Join(*l, ",") }
+func (l *jobTypesValue) Set(v string) error {
+	for i, item := range strings.Split(v, ",") {
+		if strings.TrimSpace(item) == "" {
+			return fmt.Errorf("item %d of %s is blank: want job types separated by commas, each taken exactly as given", i+1, clip(v))
+		}
+		*l = append(*l, item)
+	}
+	return nil
+}
+
 type int32Value struct {
 	n int32
 	p *int32
@@ -446,6 +470,12 @@ func (v *timeValue) Set(s string) error {
 		return errors.New("must be an RFC 3339 time such as 2026-11-30T09:00:00Z or 2026-11-30T10:00:00+01:00")
 	}
 	t = t.UTC()
+	// RFC 3339 writes years 0000 to 9999, and PostgreSQL has no year 0: a
+	// time outside years 1 to 9999 in UTC could be neither stored as given
+	// nor printed back.
+	if y := t.Year(); y < 1 || y > 9999 {
+		return errors.New("must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z in UTC")
+	}
 	v.p = &t
 	return nil
 }

@@ -45,6 +45,7 @@ var cliTests = []struct {
 	{"ReplayBulkDryRun", testReplayBulkDryRun},
 	{"ReplayBulkStdin", testReplayBulkStdin},
 	{"ReplayBulkInterrupt", testReplayBulkInterrupt},
+	{"FromStreamIsBounded", testFromStreamIsBounded},
 	{"ReplayBulkHelp", testReplayBulkHelp},
 	{"Requeue", testRequeue},
 	{"RequeueBulk", testRequeueBulk},

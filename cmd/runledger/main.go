@@ -33,6 +33,13 @@ func main() {
 // the process: args exclude the program name and getenv supplies
 // DATABASE_URL.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	// Every output passes the password's redaction (secrets.go): the
+	// streams, and each error before it is printed.
+	red := redactorFor(args, getenv)
+	stdout, stderr = red.Writer(stdout), red.Writer(stderr)
+	writeError := func(w io.Writer, asJSON bool, cmd string, err error) {
+		writeError(w, asJSON, cmd, redactError(red, err))
+	}
 	asJSON := wantsJSON(args)
 	argv := args
 
@@ -65,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 
 	fs := newFlagSet(cmd.name)
-	inv := &invocation{cmd: cmd, argv: argv, stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	inv := &invocation{cmd: cmd, argv: argv, stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: getenv, redact: red}
 	inv.json, inv.databaseURL = defineGlobalFlags(fs, *jsonFlag, *urlFlag)
 	runCmd := cmd.setup(fs)
 	pos, err := fs.parse(cmd.name, rest)

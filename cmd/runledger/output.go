@@ -84,7 +84,7 @@ func writeError(w io.Writer, asJSON bool, cmd string, err error) {
 		if category == runledger.CategoryValidation && cmd != "" {
 			line += fmt.Sprintf(" (see 'runledger help %s')", cmd)
 		}
-	case detail != "":
+	case detail != "" && !strings.Contains(message, detail):
 		line += fmt.Sprintf(" (%s: %s)", code, detail)
 	default:
 		line += fmt.Sprintf(" (%s)", code)

@@ -149,15 +149,16 @@ resumes.`,
 		rate := fs.int32Opt("rate", "`N`: insert at most N replays per second. Default: no limit.")
 		dryRun := fs.boolean("dry-run", false, "Run every chunk and roll it back: report what would happen, write nothing.")
 		details := fs.boolean("details", false, "Also print one line per source, before the summary (with --json: one JSON object per source).")
+		maxInput := maxInputBytesFlag(fs)
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			a := bulkArgs{
 				key: *key, reason: *reason,
 				from: *from, fromSet: fs.isSet("from"),
 				jobType: *jobType, typeSet: fs.isSet("type"),
 				org: *org, since: *since, until: *until, limit: *limit,
-				chunk: *chunk, rate: *rate, dryRun: *dryRun,
+				chunk: *chunk, rate: *rate, dryRun: *dryRun, maxInput: *maxInput,
 			}
-			req, list, err := a.request(inv.stdin)
+			req, list, err := a.request(ctx, inv.stdin)
 			if err != nil {
 				return nil, err
 			}
@@ -184,13 +185,14 @@ type bulkArgs struct {
 	chunk        int32
 	rate         *int32
 	dryRun       bool
+	maxInput     int64 // --max-input-bytes
 }
 
 // request checks the flags and the whole --from list, and returns the
 // request (a list's sources are streamed from the returned list, which the
 // caller closes), or a validation error (exit 2) before any database work.
 // The caller still runs the request's own Validate, before connecting.
-func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, *sourceList[replay.Source], error) {
+func (a bulkArgs) request(ctx context.Context, stdin io.Reader) (replay.BulkRequest, *sourceList[replay.Source], error) {
 	req := replay.BulkRequest{
 		Scope: scopeFor(a.org), Key: a.key, Reason: a.reason,
 		ChunkSize: int(a.chunk), DryRun: a.dryRun,
@@ -229,7 +231,7 @@ func (a bulkArgs) request(stdin io.Reader) (replay.BulkRequest, *sourceList[repl
 	if a.from == "" {
 		return req, nil, invalidArgf("replay-bulk: --from needs a file name, or - for stdin")
 	}
-	list, err := openSourceList(replaySources, a.from, stdin)
+	list, err := openSourceList(ctx, replaySources, a.from, stdin, a.maxInput)
 	if err != nil {
 		return req, nil, err
 	}

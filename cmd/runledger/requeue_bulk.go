@@ -148,6 +148,7 @@ before stay, and running the same command again resumes.`,
 		dryRun := fs.boolean("dry-run", false, "Run every chunk and roll it back: report what would happen, write nothing.")
 		details := fs.boolean("details", false, "Also print one line per job, before the summary (with --json: one JSON object per job).")
 		reset := fs.boolean("reset-progress", false, "Clear every job's progress and checkpoint. Default: keep them.")
+		maxInput := maxInputBytesFlag(fs)
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			req := requeue.BulkRequest{Scope: scopeFor(*org), Reason: *reason, StatePolicy: statePolicy(*reset),
 				ChunkSize: int(*chunk), DryRun: *dryRun}
@@ -188,7 +189,7 @@ before stay, and running the same command again resumes.`,
 				if *from == "" {
 					return nil, invalidArgf("requeue-bulk: --from needs a file name, or - for stdin")
 				}
-				if list, err = openSourceList(requeueSources, *from, inv.stdin); err != nil {
+				if list, err = openSourceList(ctx, requeueSources, *from, inv.stdin, *maxInput); err != nil {
 					return nil, err
 				}
 				defer list.Close()

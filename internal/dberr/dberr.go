@@ -29,7 +29,15 @@ const (
 	codeBusinessRuleViolation     runledger.Code = "db.business_rule_violation"
 	codeRequiredFieldMissing      runledger.Code = "db.required_field_missing"
 	codePermissionDenied          runledger.Code = "db.permission_denied"
+	codeInvalidValue              runledger.Code = "db.invalid_value"
 )
+
+// invalidValue is a data exception (SQLSTATE class 22): a value the
+// database cannot store or compute with (a number beyond numeric's range,
+// text it cannot encode, a date out of range). Statements bind the
+// caller's values, so the value came from the request: it is bad input,
+// never a failure of the database.
+var invalidValue = errs.Validation(codeInvalidValue, "A value of the request is not valid for the database.")
 
 // constraintErrors classify violations of known constraints before the
 // generic SQLSTATE rules. None of job_replays' constraints are listed: the
@@ -109,6 +117,9 @@ func Translate(ctx context.Context, op string, err error) error {
 		out = classifyPg(pgErr).New(detail)
 		out.SQLState = pgErr.Code
 		out.Constraint = Constraint(pgErr)
+		if out.Category == runledger.CategoryValidation {
+			out.Message = nameField(out.Message, pgErr)
+		}
 	case isConnectionFailure(err):
 		out = errs.Transient.New(detail)
 	default:
@@ -177,7 +188,54 @@ func classifyPg(pgErr *pgconn.PgError) errs.Kind {
 	if k, ok := sqlstateErrors[pgErr.Code]; ok {
 		return k
 	}
+	if strings.HasPrefix(pgErr.Code, "22") {
+		return invalidValue
+	}
 	return errs.QueryFailed
+}
+
+// Field returns the field a refused value belongs to: the column the
+// server names, else the one a check constraint is named after
+// (chk_job_queue_max_attempts_positive: max_attempts), else "".
+func Field(pgErr *pgconn.PgError) string {
+	if pgErr.ColumnName != "" {
+		return pgErr.ColumnName
+	}
+	name := Constraint(pgErr)
+	if !strings.HasPrefix(name, "chk_") || pgErr.Code != "23514" {
+		return ""
+	}
+	name = strings.TrimPrefix(name, "chk_")
+	table := strings.TrimSuffix(pgErr.TableName, "_"+lastPart(pgErr.TableName)) // a Citus shard suffix
+	for _, t := range []string{pgErr.TableName, table} {
+		if t != "" && strings.HasPrefix(name, t+"_") {
+			name = strings.TrimPrefix(name, t+"_")
+			break
+		}
+	}
+	for _, suffix := range []string{"_positive", "_nonnegative", "_not_blank"} {
+		name = strings.TrimSuffix(name, suffix)
+	}
+	return name
+}
+
+func lastPart(s string) string {
+	if i := strings.LastIndexByte(s, '_'); i >= 0 {
+		return s[i+1:]
+	}
+	return ""
+}
+
+// nameField adds to a validation message the field the server's refusal
+// names, and the server's own words for a data exception.
+func nameField(message string, pgErr *pgconn.PgError) string {
+	if f := Field(pgErr); f != "" {
+		message = strings.TrimSuffix(message, ".") + " (field " + f + ")."
+	}
+	if strings.HasPrefix(pgErr.Code, "22") && pgErr.Message != "" {
+		message = strings.TrimSuffix(message, ".") + ": " + pgErr.Message + "."
+	}
+	return message
 }
 
 // contextError returns the context error behind err, if the operation ended

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +45,9 @@ func TestClassifyStates(t *testing.T) {
 		{"23503", "db.related_resource_missing", runledger.CategoryValidation},
 		{"42501", "db.permission_denied", runledger.CategoryForbidden},
 		{"57P04", runledger.CodeQueryFailed, runledger.CategoryInternal},
-		{"22012", runledger.CodeQueryFailed, runledger.CategoryInternal},
+		{"22012", "db.invalid_value", runledger.CategoryValidation},
+		{"22003", "db.invalid_value", runledger.CategoryValidation},
+		{"22P02", "db.invalid_value", runledger.CategoryValidation},
 	}
 	for _, c := range cases {
 		err := dberr.Translate(context.Background(), "op", &pgconn.PgError{Code: c.state})
@@ -193,7 +196,7 @@ func TestServerErrorKeepsClassAfterContextEnds(t *testing.T) {
 	t.Parallel()
 	c, _ := conn(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	_, divErr := c.Exec(ctx, "SELECT 1/0")
+	_, divErr := c.Exec(ctx, "SELECT * FROM no_such_table_for_this_test")
 	_, uniqueErr := c.Exec(ctx,
 		"DO $$ BEGIN RAISE unique_violation USING MESSAGE = 'duplicate'; END $$")
 	cancel()
@@ -253,5 +256,33 @@ func TestClosedConnectionIsTransient(t *testing.T) {
 	}
 	if out := dberr.Translate(context.Background(), "begin transaction", err); !runledger.IsTransient(out) {
 		t.Fatalf("translated %v to %v, want transient", err, out)
+	}
+}
+
+// TestCallersDataRefusedIsValidation sends values the server refuses as
+// data: a data exception (class 22) and a check violation are Validation
+// errors whose message names the field when the server does, or the
+// check constraint does.
+func TestCallersDataRefusedIsValidation(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	cases := []struct {
+		name, sql string
+		args      []any
+		code      runledger.Code
+		inMessage string
+	}{
+		{"number beyond numeric", `SELECT $1::jsonb`, []any{[]byte(`{"n": 1e131072}`)}, "db.invalid_value", "value overflows numeric format"},
+		{"integer out of range", `SELECT $1::text::int4`, []any{"99999999999"}, "db.invalid_value", "out of range"},
+		{"check violation", `INSERT INTO job_definitions (job_type, max_attempts) VALUES ('t', $1)`, []any{0}, "db.business_rule_violation", "(field max_attempts)"},
+	}
+	for _, c := range cases {
+		_, err := pool.Exec(ctx, c.sql, c.args...)
+		err = dberr.Translate(ctx, c.name, err)
+		var e *runledger.Error
+		if !errors.As(err, &e) || e.Code != c.code || e.Category != runledger.CategoryValidation || !strings.Contains(e.Message, c.inMessage) {
+			t.Errorf("%s: %+v, want %s (validation) saying %q", c.name, e, c.code, c.inMessage)
+		}
 	}
 }
