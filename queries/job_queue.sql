@@ -822,6 +822,7 @@ FROM released;
 -- leased job keeps lease_expires_at, so its execution resource stays
 -- claimed until the canceled lease would have ended (trigger). No row when
 -- the job is not in the tenant or already finished.
+-- The event names @operator only when it is set (a NULL is stripped).
 -- name: JobCancel :one
 WITH clock AS (
     SELECT now() AS now
@@ -840,7 +841,7 @@ canceled AS (
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
     SELECT organization_id, id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
-           jsonb_strip_nulls(jsonb_build_object('reason', status_reason))
+           jsonb_strip_nulls(jsonb_build_object('reason', status_reason, 'operator', sqlc.narg(operator)::text))
     FROM canceled
 )
 SELECT * FROM canceled;
@@ -1000,6 +1001,26 @@ SELECT * FROM job_queue
 WHERE job_type = @job_type
   AND status = @status
 ORDER BY created_at DESC
+LIMIT @max_jobs;
+
+-- JobListFiltered lists jobs newest first, a page at a time (the cursor
+-- as JobListPage's), keeping only those that match every filter set: a
+-- tenant (@organization_id, NULL for every tenant: an operator's view),
+-- status, job type, last error code, and finished_at within
+-- [@finished_since, @finished_until). It walks the newest-first index and
+-- stops at @max_jobs matches, so a page never counts the history; a
+-- filter that matches few jobs reads further back. No lock.
+-- name: JobListFiltered :many
+SELECT * FROM job_queue
+WHERE (sqlc.narg(organization_id)::uuid IS NULL OR organization_id = sqlc.narg(organization_id)::uuid)
+  AND (sqlc.narg(status)::job_status IS NULL OR status = sqlc.narg(status)::job_status)
+  AND (sqlc.narg(job_type)::text IS NULL OR job_type = sqlc.narg(job_type)::text)
+  AND (sqlc.narg(error_code)::text IS NULL OR last_error_code = sqlc.narg(error_code)::text)
+  AND (sqlc.narg(finished_since)::timestamptz IS NULL OR finished_at >= sqlc.narg(finished_since)::timestamptz)
+  AND (sqlc.narg(finished_until)::timestamptz IS NULL OR finished_at < sqlc.narg(finished_until)::timestamptz)
+  AND (sqlc.narg(before_created_at)::timestamptz IS NULL
+       OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
+ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
 -- JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is
