@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,25 +26,25 @@ type selection struct {
 // type; bulk requeue takes DEAD_LETTERED or CANCELED jobs.
 func (c *console) selection(kind string, f filter, operator string, v bulkView) (selection, error) {
 	if f.scope == nil {
-		return selection{}, errors.New(`A bulk action acts in one tenant: set the Organization filter (an organization's id, or "global").`)
+		return selection{}, formError(`A bulk action acts in one tenant: set the Organization filter (an organization's id, or "global").`)
 	}
 	s := selection{kind: kind, scope: *f.scope}
 	switch kind {
 	case kindReplay:
 		if f.status != nil && *f.status != runledger.JobStatusSucceeded {
-			return selection{}, errors.New("Bulk replay replays SUCCEEDED jobs: set Status to SUCCEEDED or leave it blank.")
+			return selection{}, formError("Bulk replay replays SUCCEEDED jobs: set Status to SUCCEEDED or leave it blank.")
 		}
 		if f.Type == "" {
-			return selection{}, errors.New("Bulk replay needs a job type: set the Type filter.")
+			return selection{}, formError("Bulk replay needs a job type: set the Type filter.")
 		}
 		if f.ErrorCode != "" {
-			return selection{}, errors.New("Bulk replay selects by type and finish time only: clear the Error code filter.")
+			return selection{}, formError("Bulk replay selects by type and finish time only: clear the Error code filter.")
 		}
 		s.replay = &replay.BulkRequest{Scope: s.scope, Key: v.Key, Reason: v.Reason, Operator: operator, ChunkSize: c.opts.BulkChunk,
 			Filter: &replay.Filter{JobType: f.Type, SucceededSince: f.since, SucceededUntil: f.until}}
 	case kindRequeue:
 		if f.status == nil || (*f.status != runledger.JobStatusDeadLettered && *f.status != runledger.JobStatusCanceled) {
-			return selection{}, errors.New("Bulk requeue requeues DEAD_LETTERED or CANCELED jobs: set Status to one of them.")
+			return selection{}, formError("Bulk requeue requeues DEAD_LETTERED or CANCELED jobs: set Status to one of them.")
 		}
 		policy := requeue.PreserveProgress
 		if v.Reset {
@@ -108,3 +107,9 @@ func (s selection) run(ctx context.Context, pool *pgxpool.Pool, report func(tall
 	})
 	return err
 }
+
+// formError is a message for the operator about the form, shown as it is
+// (a sentence, capitalized and punctuated).
+type formError string
+
+func (e formError) Error() string { return string(e) }
