@@ -2148,12 +2148,18 @@ func (q *Queries) JobListByTypeAndStatus(ctx context.Context, db DBTX, arg JobLi
 
 const jobListFiltered = `-- name: JobListFiltered :many
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
-WHERE ($1::uuid IS NULL OR organization_id = $1::uuid)
-  AND ($2::job_status IS NULL OR status = $2::job_status)
-  AND ($3::text IS NULL OR job_type = $3::text)
-  AND ($4::text IS NULL OR last_error_code = $4::text)
-  AND ($5::timestamptz IS NULL OR finished_at >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL OR finished_at < $6::timestamptz)
+WHERE CASE WHEN $1::uuid IS NULL THEN true
+           ELSE organization_id = $1::uuid END
+  AND CASE WHEN $2::job_status IS NULL THEN true
+           ELSE status = $2::job_status END
+  AND CASE WHEN $3::text IS NULL THEN true
+           ELSE job_type = $3::text END
+  AND CASE WHEN $4::text IS NULL THEN true
+           ELSE last_error_code IS NOT DISTINCT FROM $4::text END
+  AND CASE WHEN $5::timestamptz IS NULL THEN true
+           ELSE finished_at >= $5::timestamptz END
+  AND CASE WHEN $6::timestamptz IS NULL THEN true
+           ELSE finished_at < $6::timestamptz END
   AND ($7::timestamptz IS NULL
        OR (created_at, id) < ($7::timestamptz, $8::uuid))
 ORDER BY created_at DESC, id DESC
@@ -2178,7 +2184,9 @@ type JobListFilteredParams struct {
 // status, job type, last error code, and finished_at within
 // [@finished_since, @finished_until). It walks the newest-first index and
 // stops at @max_jobs matches, so a page never counts the history; a
-// filter that matches few jobs reads further back. No lock.
+// filter that matches few jobs reads further back. (Each optional filter
+// is a CASE, which the planner does not take for selective, so a generic
+// plan walks the index rather than sorting the table.) No lock.
 func (q *Queries) JobListFiltered(ctx context.Context, db DBTX, arg JobListFilteredParams) ([]JobQueue, error) {
 	rows, err := db.Query(ctx, jobListFiltered,
 		arg.OrganizationID,

@@ -1009,15 +1009,23 @@ LIMIT @max_jobs;
 -- status, job type, last error code, and finished_at within
 -- [@finished_since, @finished_until). It walks the newest-first index and
 -- stops at @max_jobs matches, so a page never counts the history; a
--- filter that matches few jobs reads further back. No lock.
+-- filter that matches few jobs reads further back. (Each optional filter
+-- is a CASE, which the planner does not take for selective, so a generic
+-- plan walks the index rather than sorting the table.) No lock.
 -- name: JobListFiltered :many
 SELECT * FROM job_queue
-WHERE (sqlc.narg(organization_id)::uuid IS NULL OR organization_id = sqlc.narg(organization_id)::uuid)
-  AND (sqlc.narg(status)::job_status IS NULL OR status = sqlc.narg(status)::job_status)
-  AND (sqlc.narg(job_type)::text IS NULL OR job_type = sqlc.narg(job_type)::text)
-  AND (sqlc.narg(error_code)::text IS NULL OR last_error_code = sqlc.narg(error_code)::text)
-  AND (sqlc.narg(finished_since)::timestamptz IS NULL OR finished_at >= sqlc.narg(finished_since)::timestamptz)
-  AND (sqlc.narg(finished_until)::timestamptz IS NULL OR finished_at < sqlc.narg(finished_until)::timestamptz)
+WHERE CASE WHEN sqlc.narg(organization_id)::uuid IS NULL THEN true
+           ELSE organization_id = sqlc.narg(organization_id)::uuid END
+  AND CASE WHEN sqlc.narg(status)::job_status IS NULL THEN true
+           ELSE status = sqlc.narg(status)::job_status END
+  AND CASE WHEN sqlc.narg(job_type)::text IS NULL THEN true
+           ELSE job_type = sqlc.narg(job_type)::text END
+  AND CASE WHEN sqlc.narg(error_code)::text IS NULL THEN true
+           ELSE last_error_code IS NOT DISTINCT FROM sqlc.narg(error_code)::text END
+  AND CASE WHEN sqlc.narg(finished_since)::timestamptz IS NULL THEN true
+           ELSE finished_at >= sqlc.narg(finished_since)::timestamptz END
+  AND CASE WHEN sqlc.narg(finished_until)::timestamptz IS NULL THEN true
+           ELSE finished_at < sqlc.narg(finished_until)::timestamptz END
   AND (sqlc.narg(before_created_at)::timestamptz IS NULL
        OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
 ORDER BY created_at DESC, id DESC
