@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/console"
@@ -166,5 +167,65 @@ func TestPayloadIsEscaped(t *testing.T) {
 	wantCode(t, resp, body, http.StatusOK)
 	if strings.Contains(body, "<script>alert") || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
 		t.Fatalf("payload not escaped: %.2000s", body)
+	}
+}
+
+// TestCancelComparesWhatThePageShowed: a cancel for a run the job no
+// longer has writes nothing; the right one cancels and records the
+// operator.
+func TestCancelComparesWhatThePageShowed(t *testing.T) {
+	f := newFixture(t)
+	srv := f.server(t, console.Options{})
+	pending := testdb.Succeeded(runledger.Organization(f.orgA))
+	pending.Status = "PENDING"
+	id := testdb.Seed(t, f.pool, pending)
+	testdb.Exec(t, f.pool, `UPDATE job_queue SET finished_at = NULL, started_at = NULL, worker_id = NULL WHERE id = $1`, id)
+	path := "/jobs/" + id.String() + "/cancel"
+	resp, body := do(t, srv, "POST", path, true, map[string]string{"status": "PENDING", "run": "2", "reason": "stop"}, nil)
+	wantCode(t, resp, body, http.StatusConflict)
+	resp, body = do(t, srv, "POST", path, true, map[string]string{"status": "PENDING", "run": "1", "reason": "stop"}, nil)
+	wantCode(t, resp, body, http.StatusOK)
+	op := testdb.Scalar[string](t, f.pool, `SELECT payload->>'operator' FROM job_events WHERE job_id = $1 AND event_type = 'CANCELED'`, id)
+	if op != console.TokenOperator {
+		t.Fatalf("CANCELED event's operator %q, want %q", op, console.TokenOperator)
+	}
+	resp, body = do(t, srv, "POST", path, true, map[string]string{"status": "PENDING", "run": "1", "reason": "stop"}, nil)
+	wantCode(t, resp, body, http.StatusConflict)
+}
+
+// TestBulkReplayDryRunThenRun: the dry run counts and writes nothing; a
+// run without the dry run is refused; the run replays every match.
+func TestBulkReplayDryRunThenRun(t *testing.T) {
+	f := newFixture(t)
+	srv := f.server(t, console.Options{BulkChunk: 2})
+	form := map[string]string{"type": "email", "org": f.orgA.String(), "key": "bulk-1", "reason": "resend", "mode": "dry-run"}
+	resp, body := do(t, srv, "POST", "/bulk/replay", true, form, nil)
+	wantCode(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, "Dry run: 2 jobs match") {
+		t.Fatalf("dry run page: %.1500s", body)
+	}
+	form["mode"] = "run"
+	resp, body = do(t, srv, "POST", "/bulk/replay", true, form, nil)
+	wantCode(t, resp, body, http.StatusBadRequest)
+	if n := testdb.Scalar[int64](t, f.pool, `SELECT count(*) FROM job_replays`); n != 0 {
+		t.Fatalf("%d replays before the run", n)
+	}
+	form["counted"], form["finished_until"] = "2", "2999-01-01T00:00:00Z"
+	resp, body = do(t, srv, "POST", "/bulk/replay", true, form, nil)
+	wantCode(t, resp, body, http.StatusSeeOther)
+	runPath := "/api" + resp.Header.Get("Location")
+	for {
+		resp, body = do(t, srv, "GET", runPath, true, nil, nil)
+		wantCode(t, resp, body, http.StatusOK)
+		if strings.Contains(body, `"finished":true`) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the background run's end, as the page's script does
+	}
+	if !strings.Contains(body, `"done":2,"ok":2,"refused":0`) {
+		t.Fatalf("progress %s", body)
+	}
+	if n := testdb.Scalar[int64](t, f.pool, `SELECT count(*) FROM job_events WHERE event_type = 'ENQUEUED' AND payload->>'operator' = 'token'`); n != 2 {
+		t.Fatalf("%d ENQUEUED events name the operator, want 2", n)
 	}
 }
