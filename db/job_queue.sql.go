@@ -31,7 +31,7 @@ canceled AS (
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
     SELECT organization_id, id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
-           jsonb_strip_nulls(jsonb_build_object('reason', status_reason))
+           jsonb_strip_nulls(jsonb_build_object('reason', status_reason, 'operator', $4::text))
     FROM canceled
 )
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM canceled
@@ -41,6 +41,7 @@ type JobCancelParams struct {
 	Reason         *string
 	OrganizationID uuid.UUID
 	ID             uuid.UUID
+	Operator       *string
 }
 
 type JobCancelRow struct {
@@ -81,8 +82,14 @@ type JobCancelRow struct {
 // leased job keeps lease_expires_at, so its execution resource stays
 // claimed until the canceled lease would have ended (trigger). No row when
 // the job is not in the tenant or already finished.
+// The event names @operator only when it is set (a NULL is stripped).
 func (q *Queries) JobCancel(ctx context.Context, db DBTX, arg JobCancelParams) (JobCancelRow, error) {
-	row := db.QueryRow(ctx, jobCancel, arg.Reason, arg.OrganizationID, arg.ID)
+	row := db.QueryRow(ctx, jobCancel,
+		arg.Reason,
+		arg.OrganizationID,
+		arg.ID,
+		arg.Operator,
+	)
 	var i JobCancelRow
 	err := row.Scan(
 		&i.ID,
@@ -2209,6 +2216,108 @@ type JobListByTypeAndStatusParams struct {
 // across tenants (operators only; on Citus every shard).
 func (q *Queries) JobListByTypeAndStatus(ctx context.Context, db DBTX, arg JobListByTypeAndStatusParams) ([]JobQueue, error) {
 	rows, err := db.Query(ctx, jobListByTypeAndStatus, arg.JobType, arg.Status, arg.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobQueue
+	for rows.Next() {
+		var i JobQueue
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListFiltered = `-- name: JobListFiltered :many
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM job_queue
+WHERE CASE WHEN $1::uuid IS NULL THEN true
+           ELSE organization_id = $1::uuid END
+  AND CASE WHEN $2::job_status IS NULL THEN true
+           ELSE status = $2::job_status END
+  AND CASE WHEN $3::text IS NULL THEN true
+           ELSE job_type = $3::text END
+  AND CASE WHEN $4::text IS NULL THEN true
+           ELSE last_error_code IS NOT DISTINCT FROM $4::text END
+  AND CASE WHEN $5::timestamptz IS NULL THEN true
+           ELSE finished_at >= $5::timestamptz END
+  AND CASE WHEN $6::timestamptz IS NULL THEN true
+           ELSE finished_at < $6::timestamptz END
+  AND ($7::timestamptz IS NULL
+       OR (created_at, id) < ($7::timestamptz, $8::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $9
+`
+
+type JobListFilteredParams struct {
+	OrganizationID  *uuid.UUID
+	Status          *JobStatus
+	JobType         *string
+	ErrorCode       *string
+	FinishedSince   *time.Time
+	FinishedUntil   *time.Time
+	BeforeCreatedAt *time.Time
+	BeforeID        *uuid.UUID
+	MaxJobs         int32
+}
+
+// JobListFiltered lists jobs newest first, a page at a time (the cursor
+// as JobListPage's), keeping only those that match every filter set: a
+// tenant (@organization_id, NULL for every tenant: an operator's view),
+// status, job type, last error code, and finished_at within
+// [@finished_since, @finished_until). It walks the newest-first index and
+// stops at @max_jobs matches, so a page never counts the history; a
+// filter that matches few jobs reads further back. (Each optional filter
+// is a CASE, which the planner does not take for selective, so a generic
+// plan walks the index rather than sorting the table.) No lock.
+func (q *Queries) JobListFiltered(ctx context.Context, db DBTX, arg JobListFilteredParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobListFiltered,
+		arg.OrganizationID,
+		arg.Status,
+		arg.JobType,
+		arg.ErrorCode,
+		arg.FinishedSince,
+		arg.FinishedUntil,
+		arg.BeforeCreatedAt,
+		arg.BeforeID,
+		arg.MaxJobs,
+	)
 	if err != nil {
 		return nil, err
 	}

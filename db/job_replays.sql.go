@@ -224,7 +224,8 @@ event AS (
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', $4::text,
-               'reason', $6::text))
+               'reason', $6::text,
+               'operator', $7::text))
     FROM inserted CROSS JOIN source
     RETURNING id
 ),
@@ -251,6 +252,7 @@ type JobReplayInsertParams struct {
 	ReplayRequestKey string
 	ReplayJobID      uuid.UUID
 	Reason           string
+	Operator         *string
 }
 
 type JobReplayInsertRow struct {
@@ -275,6 +277,7 @@ type JobReplayInsertRow struct {
 // The job type's definition is read FOR SHARE, so a definition change
 // waits; no row, and nothing written, when it is missing or disabled.
 // The workers' wake-up is a statement of its own (WorkerNotifyDue).
+// The event names @operator only when it is set (a NULL is stripped).
 func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
 	row := db.QueryRow(ctx, jobReplayInsert,
 		arg.OrganizationID,
@@ -283,6 +286,7 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 		arg.ReplayRequestKey,
 		arg.ReplayJobID,
 		arg.Reason,
+		arg.Operator,
 	)
 	var i JobReplayInsertRow
 	err := row.Scan(

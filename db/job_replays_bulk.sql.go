@@ -254,7 +254,8 @@ event AS (
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', $5::text,
-               'reason', $7::text))
+               'reason', $7::text,
+               'operator', $8::text))
     FROM source
     ORDER BY source.new_id
     RETURNING id
@@ -288,6 +289,7 @@ type JobReplayBulkInsertParams struct {
 	ReplayRequestKey string
 	JobTypes         []string
 	Reason           string
+	Operator         *string
 }
 
 type JobReplayBulkInsertRow struct {
@@ -323,6 +325,7 @@ type JobReplayBulkInsertRow struct {
 // lineage probe is a correlated subquery, so that it reads the
 // idempotency index once per source whatever the planner guesses of the
 // arrays' length.)
+// Each event names @operator only when it is set (a NULL is stripped).
 func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobReplayBulkInsertParams) ([]JobReplayBulkInsertRow, error) {
 	rows, err := db.Query(ctx, jobReplayBulkInsert,
 		arg.SourceRunNumbers,
@@ -332,6 +335,7 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 		arg.ReplayRequestKey,
 		arg.JobTypes,
 		arg.Reason,
+		arg.Operator,
 	)
 	if err != nil {
 		return nil, err

@@ -354,7 +354,8 @@ event AS (
            jsonb_strip_nulls(jsonb_build_object(
                'reason', $6::text,
                'state_policy', $7::text,
-               'requeue_kind', 'COMPARE_AND_REQUEUE'))
+               'requeue_kind', 'COMPARE_AND_REQUEUE',
+               'operator', $8::text))
     FROM target
     RETURNING id
 )
@@ -427,6 +428,7 @@ type JobRequeueParams struct {
 	ResetProgress     bool
 	Reason            string
 	StatePolicy       string
+	Operator          *string
 }
 
 type JobRequeueRow struct {
@@ -524,6 +526,7 @@ type JobRequeueRow struct {
 // outer join beside the one-time filter on requeued.) A job requeueable as observed in that
 // snapshot but not to the lock (it changed while this waited) is for the
 // caller's lock loop to try again. No row when the tenant has no such job.
+// The event names @operator only when it is set (a NULL is stripped).
 func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams) (JobRequeueRow, error) {
 	row := db.QueryRow(ctx, jobRequeue,
 		arg.OrganizationID,
@@ -533,6 +536,7 @@ func (q *Queries) JobRequeue(ctx context.Context, db DBTX, arg JobRequeueParams)
 		arg.ResetProgress,
 		arg.Reason,
 		arg.StatePolicy,
+		arg.Operator,
 	)
 	var i JobRequeueRow
 	err := row.Scan(
@@ -645,7 +649,8 @@ event AS (
            jsonb_strip_nulls(jsonb_build_object(
                'reason', $6::text,
                'state_policy', $7::text,
-               'requeue_kind', 'COMPARE_AND_REQUEUE'))
+               'requeue_kind', 'COMPARE_AND_REQUEUE',
+               'operator', $8::text))
     FROM target
     ORDER BY target.id
     RETURNING id
@@ -666,6 +671,7 @@ type JobRequeueBulkParams struct {
 	ResetProgress      bool
 	Reason             string
 	StatePolicy        string
+	Operator           *string
 }
 
 type JobRequeueBulkRow struct {
@@ -687,6 +693,7 @@ type JobRequeueBulkRow struct {
 // tells them apart). Each job's expectation is found by its place in @ids
 // (array_position), not by joining an unnest of the arrays, which Citus
 // cannot plan beside the row lock.
+// Each event names @operator only when it is set (a NULL is stripped).
 func (q *Queries) JobRequeueBulk(ctx context.Context, db DBTX, arg JobRequeueBulkParams) ([]JobRequeueBulkRow, error) {
 	rows, err := db.Query(ctx, jobRequeueBulk,
 		arg.OrganizationID,
@@ -696,6 +703,7 @@ func (q *Queries) JobRequeueBulk(ctx context.Context, db DBTX, arg JobRequeueBul
 		arg.ResetProgress,
 		arg.Reason,
 		arg.StatePolicy,
+		arg.Operator,
 	)
 	if err != nil {
 		return nil, err

@@ -27,11 +27,14 @@ type CancelRequest struct {
 	// Reason is stored as status_reason and in the CANCELED event; a blank
 	// reason stores NULL.
 	Reason string
+	// Operator, when not "", names who canceled; it is recorded in the
+	// CANCELED event as "operator". "" records nothing.
+	Operator string
 }
 
 // Validate checks the scope (job.organization_invalid) and the reason
-// (job.cancel_reason_invalid: NUL or invalid UTF-8) without touching the
-// database.
+// (job.cancel_reason_invalid: NUL or invalid UTF-8), then the operator
+// when set (job.operator_invalid), without touching the database.
 func (r CancelRequest) Validate() error {
 	if err := validate.Scope(r.Scope); err != nil {
 		return err
@@ -39,7 +42,8 @@ func (r CancelRequest) Validate() error {
 	if !validate.Clean(r.Reason) {
 		return invalid(errCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
 	}
-	return nil
+	_, err := validate.Operator(r.Operator)
+	return err
 }
 
 // maxCancelAttempts bounds the cancel loop; see cancel.
@@ -79,7 +83,7 @@ func cancel(ctx context.Context, s *txn.Session, req CancelRequest) (runledger.J
 	org := rows.Tenant(req.Scope)
 	for attempt := 1; attempt <= maxCancelAttempts; attempt++ {
 		row, err := txn.One(ctx, s, "cancel job", func(q db.DBTX) (db.JobCancelRow, error) {
-			return queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, ID: req.JobID, OrganizationID: org})
+			return queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, Operator: validate.OperatorArg(req.Operator), ID: req.JobID, OrganizationID: org})
 		})
 		if err == nil {
 			return rows.Job(db.JobQueue(row))

@@ -938,6 +938,7 @@ FROM released;
 -- leased job keeps lease_expires_at, so its execution resource stays
 -- claimed until the canceled lease would have ended (trigger). No row when
 -- the job is not in the tenant or already finished.
+-- The event names @operator only when it is set (a NULL is stripped).
 -- name: JobCancel :one
 WITH clock AS (
     SELECT now() AS now
@@ -956,7 +957,7 @@ canceled AS (
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
     SELECT organization_id, id, run_number, NULLIF(attempt, 0), 'CANCELED', stage,
-           jsonb_strip_nulls(jsonb_build_object('reason', status_reason))
+           jsonb_strip_nulls(jsonb_build_object('reason', status_reason, 'operator', sqlc.narg(operator)::text))
     FROM canceled
 )
 SELECT * FROM canceled;
@@ -1116,6 +1117,34 @@ SELECT * FROM job_queue
 WHERE job_type = @job_type
   AND status = @status
 ORDER BY created_at DESC
+LIMIT @max_jobs;
+
+-- JobListFiltered lists jobs newest first, a page at a time (the cursor
+-- as JobListPage's), keeping only those that match every filter set: a
+-- tenant (@organization_id, NULL for every tenant: an operator's view),
+-- status, job type, last error code, and finished_at within
+-- [@finished_since, @finished_until). It walks the newest-first index and
+-- stops at @max_jobs matches, so a page never counts the history; a
+-- filter that matches few jobs reads further back. (Each optional filter
+-- is a CASE, which the planner does not take for selective, so a generic
+-- plan walks the index rather than sorting the table.) No lock.
+-- name: JobListFiltered :many
+SELECT * FROM job_queue
+WHERE CASE WHEN sqlc.narg(organization_id)::uuid IS NULL THEN true
+           ELSE organization_id = sqlc.narg(organization_id)::uuid END
+  AND CASE WHEN sqlc.narg(status)::job_status IS NULL THEN true
+           ELSE status = sqlc.narg(status)::job_status END
+  AND CASE WHEN sqlc.narg(job_type)::text IS NULL THEN true
+           ELSE job_type = sqlc.narg(job_type)::text END
+  AND CASE WHEN sqlc.narg(error_code)::text IS NULL THEN true
+           ELSE last_error_code IS NOT DISTINCT FROM sqlc.narg(error_code)::text END
+  AND CASE WHEN sqlc.narg(finished_since)::timestamptz IS NULL THEN true
+           ELSE finished_at >= sqlc.narg(finished_since)::timestamptz END
+  AND CASE WHEN sqlc.narg(finished_until)::timestamptz IS NULL THEN true
+           ELSE finished_at < sqlc.narg(finished_until)::timestamptz END
+  AND (sqlc.narg(before_created_at)::timestamptz IS NULL
+       OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
+ORDER BY created_at DESC, id DESC
 LIMIT @max_jobs;
 
 -- JobLockForReplay locks a replay source FOR NO KEY UPDATE while it is

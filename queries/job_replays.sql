@@ -79,6 +79,7 @@ LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- The job type's definition is read FOR SHARE, so a definition change
 -- waits; no row, and nothing written, when it is missing or disabled.
 -- The workers' wake-up is a statement of its own (WorkerNotifyDue).
+-- The event names @operator only when it is set (a NULL is stripped).
 -- name: JobReplayInsert :one
 WITH clock AS (
     SELECT now() AS now
@@ -119,7 +120,8 @@ event AS (
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', @replay_request_key::text,
-               'reason', @reason::text))
+               'reason', @reason::text,
+               'operator', sqlc.narg(operator)::text))
     FROM inserted CROSS JOIN source
     RETURNING id
 ),

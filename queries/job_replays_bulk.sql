@@ -90,6 +90,7 @@ ORDER BY lineage.ord;
 -- lineage probe is a correlated subquery, so that it reads the
 -- idempotency index once per source whatever the planner guesses of the
 -- arrays' length.)
+-- Each event names @operator only when it is set (a NULL is stripped).
 -- name: JobReplayBulkInsert :many
 WITH locked AS (
     SELECT l.source_job_id, (@source_run_numbers::int[])[l.ord] AS source_run_number,
@@ -154,7 +155,8 @@ event AS (
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', @replay_request_key::text,
-               'reason', @reason::text))
+               'reason', @reason::text,
+               'operator', sqlc.narg(operator)::text))
     FROM source
     ORDER BY source.new_id
     RETURNING id

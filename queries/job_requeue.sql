@@ -35,6 +35,7 @@
 -- outer join beside the one-time filter on requeued.) A job requeueable as observed in that
 -- snapshot but not to the lock (it changed while this waited) is for the
 -- caller's lock loop to try again. No row when the tenant has no such job.
+-- The event names @operator only when it is set (a NULL is stripped).
 -- name: JobRequeue :one
 WITH clock AS (
     SELECT now() AS now
@@ -86,7 +87,8 @@ event AS (
            jsonb_strip_nulls(jsonb_build_object(
                'reason', @reason::text,
                'state_policy', @state_policy::text,
-               'requeue_kind', 'COMPARE_AND_REQUEUE'))
+               'requeue_kind', 'COMPARE_AND_REQUEUE',
+               'operator', sqlc.narg(operator)::text))
     FROM target
     RETURNING id
 )
@@ -161,6 +163,7 @@ WHERE jq.organization_id = @organization_id
 -- tells them apart). Each job's expectation is found by its place in @ids
 -- (array_position), not by joining an unnest of the arrays, which Citus
 -- cannot plan beside the row lock.
+-- Each event names @operator only when it is set (a NULL is stripped).
 -- name: JobRequeueBulk :many
 WITH clock AS (
     SELECT now() AS now
@@ -210,7 +213,8 @@ event AS (
            jsonb_strip_nulls(jsonb_build_object(
                'reason', @reason::text,
                'state_policy', @state_policy::text,
-               'requeue_kind', 'COMPARE_AND_REQUEUE'))
+               'requeue_kind', 'COMPARE_AND_REQUEUE',
+               'operator', sqlc.narg(operator)::text))
     FROM target
     ORDER BY target.id
     RETURNING id

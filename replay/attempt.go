@@ -14,6 +14,7 @@ import (
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/internal/wake"
 )
 
@@ -95,6 +96,7 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 		return queries.JobReplayInsert(ctx, q, db.JobReplayInsertParams{
 			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber,
 			ReplayRequestKey: req.Key, ReplayJobID: replayID, Reason: req.Reason,
+			Operator: validate.OperatorArg(req.Operator),
 		})
 	})
 	if notify {

@@ -67,6 +67,9 @@ type BulkRequest struct {
 	// reason) replays only what is missing and reports the rest existing.
 	Key    string
 	Reason string
+	// Operator, when not "", names who asked for the action; every
+	// replay's ENQUEUED event records it as "operator" (as Request's).
+	Operator string
 	// Sources is an explicit list, replayed in this order; a job id twice
 	// is a validation error.
 	Sources []Source
@@ -231,7 +234,7 @@ type BulkChunk struct {
 
 // Validate checks a bulk request without touching the database, returning
 // the first failure as a Validation error: the key and reason as
-// Request.Validate does (same codes); then exactly one selection of
+// Request.Validate does (same codes), and the operator; then exactly one selection of
 // Sources, Stream and Filter (job.replay_bulk_selection_invalid); a
 // Sources list neither empty (job.replay_bulk_sources_empty) nor naming a
 // job twice (job.replay_bulk_duplicate_source); a filter's job type
@@ -242,7 +245,7 @@ type BulkChunk struct {
 // (job.replay_bulk_chunk_invalid, job.replay_bulk_rate_invalid). A Stream
 // is not read: its sources are checked as the action reads them.
 func (r BulkRequest) Validate() error {
-	if err := (Request{Scope: r.Scope, Key: r.Key, Reason: r.Reason}).Validate(); err != nil {
+	if err := (Request{Scope: r.Scope, Key: r.Key, Reason: r.Reason, Operator: r.Operator}).Validate(); err != nil {
 		return err
 	}
 	n := 0

@@ -18,6 +18,7 @@ import (
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/internal/wake"
 )
 
@@ -122,6 +123,7 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 			return queries.JobReplayBulkInsert(ctx, q, db.JobReplayBulkInsertParams{
 				OrganizationID: org, SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
 				JobTypes: lockedTypes, ReplayRequestKey: b.req.Key, Reason: b.req.Reason,
+				Operator: validate.OperatorArg(b.req.Operator),
 			})
 		})
 		if !b.req.DryRun {

@@ -53,6 +53,10 @@ type Request struct {
 	// retry must repeat it exactly: the same key with another reason is an
 	// idempotency conflict.
 	Reason string
+	// Operator, when not "", names who asked for the replay (a console
+	// user, say); it is recorded in the replay's ENQUEUED event as
+	// "operator". "" records nothing: the payload keeps its five keys.
+	Operator string
 }
 
 // Validate checks the request's scope, key and reason without touching
@@ -63,7 +67,9 @@ type Request struct {
 // (job.replay_request_key_invalid), key over runledger.MaxKeyBytes
 // (job.replay_request_key_too_long), then the same three for the reason
 // (job.replay_reason_blank, job.replay_reason_invalid,
-// job.replay_reason_too_long). Nothing is trimmed or changed.
+// job.replay_reason_too_long), then the operator when set: blank, NUL,
+// invalid UTF-8 or over 255 bytes is job.operator_invalid. Nothing is
+// trimmed or changed.
 func (r Request) Validate() error {
 	if err := validate.Scope(r.Scope); err != nil {
 		return err
@@ -84,5 +90,6 @@ func (r Request) Validate() error {
 	case validate.TooLong:
 		return errReasonTooLong.Newf("job replay reason must be at most %d bytes, got %d", MaxReasonBytes, len(r.Reason))
 	}
-	return nil
+	_, err := validate.Operator(r.Operator)
+	return err
 }

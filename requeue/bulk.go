@@ -81,6 +81,9 @@ type BulkRequest struct {
 	// StatePolicy keeps (the default) or clears every job's progress and
 	// checkpoint.
 	StatePolicy StatePolicy
+	// Operator, when not "", names who asked for the action; every
+	// REQUEUED event records it as "operator" (as Request's).
+	Operator string
 	// Sources is an explicit list, requeued in this order; a job id twice
 	// is a validation error.
 	Sources []Source
@@ -237,8 +240,8 @@ type BulkChunk struct {
 }
 
 // Validate checks a bulk request without touching the database, returning
-// the first failure as a Validation error: scope, state policy and reason
-// as Request.Validate does (same codes); then exactly one selection
+// the first failure as a Validation error: scope, state policy, reason
+// and operator as Request.Validate does (same codes); then exactly one selection
 // (job.requeue_bulk_selection_invalid); a Sources list neither empty
 // (job.requeue_bulk_sources_empty) nor naming a job twice
 // (job.requeue_bulk_duplicate_source), each with a requeueable expected
@@ -258,6 +261,9 @@ func (r BulkRequest) Validate() error {
 		return err
 	}
 	if err := validateReason(r.Reason); err != nil {
+		return err
+	}
+	if _, err := validate.Operator(r.Operator); err != nil {
 		return err
 	}
 	n := 0

@@ -17,6 +17,7 @@ import (
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/internal/wake"
 )
 
@@ -65,6 +66,7 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		return queries.JobRequeueBulk(ctx, q, db.JobRequeueBulkParams{
 			OrganizationID: org, Ids: ids, ExpectedStatuses: statuses, ExpectedRunNumbers: runs,
 			ResetProgress: b.req.StatePolicy == ResetProgress, Reason: b.req.Reason, StatePolicy: b.req.StatePolicy.String(),
+			Operator: validate.OperatorArg(b.req.Operator),
 		})
 	})
 	if err := bt.Send(ctx); err != nil {

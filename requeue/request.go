@@ -136,6 +136,9 @@ type Request struct {
 	// status and run with another reason, once requeued, is an expectation
 	// mismatch.
 	Reason string
+	// Operator, when not "", names who asked for the requeue; it is
+	// recorded in the REQUEUED event as "operator". "" records nothing.
+	Operator string
 }
 
 // FromJob is the request to requeue job as the caller observed it: its
@@ -157,7 +160,8 @@ func FromJob(job runledger.Job, policy StatePolicy, reason string) (Request, err
 // (job.requeue_state_policy_invalid), then the reason: blank after
 // trimming Unicode white space (job.requeue_reason_blank), holding a NUL
 // byte or invalid UTF-8 (job.requeue_reason_invalid), over MaxReasonBytes
-// (job.requeue_reason_too_long). Nothing is trimmed or changed.
+// (job.requeue_reason_too_long), then the operator when set
+// (job.operator_invalid). Nothing is trimmed or changed.
 func (r Request) Validate() error {
 	if err := validate.Scope(r.Scope); err != nil {
 		return err
@@ -168,7 +172,11 @@ func (r Request) Validate() error {
 	if err := r.StatePolicy.validate(); err != nil {
 		return err
 	}
-	return validateReason(r.Reason)
+	if err := validateReason(r.Reason); err != nil {
+		return err
+	}
+	_, err := validate.Operator(r.Operator)
+	return err
 }
 
 // validateReason checks a reason as Validate does.

@@ -51,6 +51,7 @@ import (
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/internal/wake"
 )
 
@@ -155,7 +156,7 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*txn.
 		return queries.JobRequeue(ctx, q, db.JobRequeueParams{
 			OrganizationID: org, ID: req.JobID, ExpectedStatus: db.JobStatus(req.ExpectedStatus),
 			ExpectedRunNumber: req.ExpectedRunNumber, ResetProgress: req.StatePolicy == ResetProgress,
-			Reason: req.Reason, StatePolicy: req.StatePolicy.String(),
+			Reason: req.Reason, StatePolicy: req.StatePolicy.String(), Operator: validate.OperatorArg(req.Operator),
 		})
 	})
 	requeuedRow := func() bool { return step.Row() && step.Val.Requeued }

@@ -43,6 +43,7 @@ var commands = []*command{
 	benchCmd,
 	statsCmd,
 	pruneCmd,
+	uiCmd,
 }
 
 // groups describes the first word of multi-word commands ("migrate up"):

@@ -95,7 +95,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		writeError(stderr, asJSON, cmd.name, err)
 		return exitCode(err)
 	}
-	if asJSON {
+	if _, done := res.(interface{ alreadyPrinted() }); done {
+		// A long-running command printed its one line as it started.
+	} else if asJSON {
 		writeJSON(stdout, res)
 	} else {
 		res.text(stdout)

@@ -75,3 +75,33 @@ func Scope(s runledger.Scope) error {
 func OrganizationID(id *uuid.UUID) error {
 	return Scope(runledger.ScopeOf(id))
 }
+
+// MaxOperatorBytes is the longest operator name an action records.
+const MaxOperatorBytes = 255
+
+var invalidOperator = errs.Validation("job.operator_invalid",
+	"Operator must be non-blank UTF-8 without NUL bytes, at most 255 bytes.")
+
+// Operator checks the optional operator an action records in its event
+// and returns it as the nullable statement argument: "" is no operator
+// (nil, and the event's payload is unchanged); anything else must pass
+// Text with MaxOperatorBytes, or it is the Validation error
+// job.operator_invalid.
+func Operator(op string) (*string, error) {
+	if op == "" {
+		return nil, nil
+	}
+	if Text(op, MaxOperatorBytes) != OK {
+		return nil, invalidOperator.Newf("operator of %d bytes is blank, holds NUL or invalid UTF-8, or is too long", len(op))
+	}
+	return &op, nil
+}
+
+// OperatorArg is an operator Operator accepted, as the statement's
+// nullable argument: nil for "".
+func OperatorArg(op string) *string {
+	if op == "" {
+		return nil
+	}
+	return &op
+}
