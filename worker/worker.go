@@ -35,10 +35,12 @@
 // # Shutdown
 //
 // When Run's context ends the worker stops claiming; running handlers get
-// Config.ShutdownTimeout to finish, then their contexts are canceled (an
-// attempt canceled so fails as retryable, due again at once); jobs claimed
-// but not started are handed back without spending their attempt; every
-// outcome is committed; then Run returns. A clean shutdown leaves none of
+// Config.ShutdownTimeout to finish, then their contexts are canceled; an
+// attempt canceled so, and jobs claimed but not started, are handed back
+// without spending their attempt (jobs.Release: PENDING at the attempt
+// before, due as they were; never a failure, so a shutdown never
+// dead-letters a job on its last attempt); every outcome is committed;
+// then Run returns. A clean shutdown leaves none of
 // its jobs LEASED. A handler that ignores its canceled context keeps its
 // job leased until the lease expires and a recovery takes it back.
 //
@@ -51,11 +53,27 @@
 //
 // A Worker holds one connection of its pool for LISTEN (unless
 // Config.DisableListen) and uses up to five more at once (claim, outcomes,
-// heartbeats, recovery, hand-back): give its pool at least six.
+// heartbeats, recovery, hand-back): give its pool at least six. New
+// refuses a pool that cannot run the worker at all: fewer than two
+// connections (one with DisableListen), one more with a Retention (the
+// scheduled prune holds its lock on one connection and prunes on another).
+//
+// # Who can finish a lease
+//
+// The worker id fences the worker's writes: a completion, failure or
+// heartbeat names the job's lease (job, run, attempt, worker id) and the
+// database refuses it once the lease is not that. The id is not a secret,
+// though: it is stored on the running job, and whoever can read a running
+// job through the library (its record, its LEASED, PROGRESS and SUCCEEDED
+// events, runledger jobs show) can read it, and so can finish the lease.
+// The authority to finish a job is access to the database, not the id.
+// The worker's own log records name it only by its Fingerprint.
 package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -87,11 +105,25 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := pool.Config().MaxConns; n < 6 {
+	n := pool.Config().MaxConns
+	if need := c.minConns(); n < int32(need) {
+		return nil, fmt.Errorf("%w: the pool allows %d connections, and the worker needs at least %d at once (%s)",
+			errConfig, n, need, c.minConnsWhy())
+	}
+	if n < 6 {
 		c.Logger.Warn("runledger worker: the pool allows fewer connections than a worker uses at once; claims and commits will wait for each other",
-			"max_conns", n, "worker_id", c.WorkerID)
+			"max_conns", n, "worker", Fingerprint(c.WorkerID))
 	}
 	return &Worker{pool: pool, cfg: c, handlers: map[string]handler{}}, nil
+}
+
+// Fingerprint is the short form of a worker id that the worker's log
+// records carry (the first 8 hex digits of its SHA-256): enough to tell
+// workers apart and to match a worker's logs to its Worker.ID, without
+// writing the id itself into logs.
+func Fingerprint(workerID string) string {
+	sum := sha256.Sum256([]byte(workerID))
+	return hex.EncodeToString(sum[:4])
 }
 
 // ID is the worker id this worker leases jobs under.
