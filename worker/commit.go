@@ -300,15 +300,15 @@ func batchRefused(err error) bool {
 }
 
 // valueRefused reports a refusal of a value the write carried: the
-// library's validation, or a data exception (SQLSTATE class 22) or a
-// program limit (54) of the server.
+// library's validation, or a data exception (SQLSTATE class 22), a check
+// constraint (23514) or a program limit (54) of the server.
 func valueRefused(err error) bool {
 	var re *runledger.Error
 	if !errors.As(err, &re) {
 		return false
 	}
 	return re.Category == runledger.CategoryValidation ||
-		strings.HasPrefix(re.SQLState, "22") || strings.HasPrefix(re.SQLState, "54")
+		strings.HasPrefix(re.SQLState, "22") || re.SQLState == "23514" || strings.HasPrefix(re.SQLState, "54")
 }
 
 // printable keeps the printable ASCII of s, bounded as a stored message.
