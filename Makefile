@@ -25,6 +25,10 @@ check-generated: ## Fail when a query does not compile or db/ differs from what 
 	$(SQLC) compile
 	$(SQLC) diff
 
+.PHONY: check-sizes
+check-sizes: ## Fail when a tracked file is over 1 MiB (a build output committed by mistake)
+	tools/check-tracked-sizes
+
 .PHONY: build
 build: ## Build every package and the runledger command
 	$(GO) build ./...

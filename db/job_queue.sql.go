@@ -653,6 +653,18 @@ WITH input AS (
            NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
     FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $8
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 clock AS (
     SELECT now() AS now, clock_timestamp() AS at
 ),
@@ -665,9 +677,10 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, clock
+    FROM input, clock, locked
     WHERE jq.organization_id = $8
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -739,6 +752,17 @@ type JobCompleteManyRow struct {
 // An id given twice is updated once (callers refuse duplicates). A batch
 // over several tenants is one statement per tenant, each routed to its
 // tenant's shard on Citus.
+//
+// Lock order: each of these statements first locks the leases it may
+// change in id order (its locked CTE: a Sort under the LockRows, so the
+// rows are locked as they leave the sort) and only then writes them, and
+// the library sends a batch's tenants in tenant order, all in one
+// transaction. So every multi-row write a worker sends takes its row locks
+// in (organization_id, id) order, and two of them (a heartbeat round
+// beside a completion batch of the same worker) can wait for each other
+// but never in a cycle. On Citus the same holds shard by shard: each
+// statement is routed to its tenant's shard whole. The claim and the
+// lease recovery lock with SKIP LOCKED and never wait for a job's row.
 // JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
 // stores NULL), the final progress where given (-1: keep the stored
 // value), finished_at, the lease cleared, and one SUCCEEDED event each.
@@ -814,6 +838,18 @@ WITH input AS (
            NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
     FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $8
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 completed AS (
     UPDATE job_queue jq
     SET status = 'SUCCEEDED',
@@ -823,9 +859,10 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+    FROM input, locked, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
     WHERE jq.organization_id = $8
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -1122,17 +1159,18 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 }
 
 const jobEventFailedMany = `-- name: JobEventFailedMany :exec
-INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord],
        CASE WHEN ($4::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
             ELSE 'RETRY_SCHEDULED'::job_event_type END,
        ($5::text[])[e.ord],
+       NULLIF(($6::bigint[])[e.ord], -1), NULLIF(($7::bigint[])[e.ord], -1),
        jsonb_strip_nulls(jsonb_build_object(
-           'failure_kind', ($6::text[])[e.ord],
-           'error_code', NULLIF(($7::text[])[e.ord], ''),
-           'error_message', NULLIF(($8::text[])[e.ord], ''),
-           'next_run_at', CASE WHEN NOT ($4::bool[])[e.ord] THEN ($9::timestamptz[])[e.ord] END))
-FROM unnest($10::uuid[]) WITH ORDINALITY AS e(id, ord)
+           'failure_kind', ($8::text[])[e.ord],
+           'error_code', NULLIF(($9::text[])[e.ord], ''),
+           'error_message', NULLIF(($10::text[])[e.ord], ''),
+           'next_run_at', CASE WHEN NOT ($4::bool[])[e.ord] THEN ($11::timestamptz[])[e.ord] END))
+FROM unnest($12::uuid[]) WITH ORDINALITY AS e(id, ord)
 `
 
 type JobEventFailedManyParams struct {
@@ -1141,6 +1179,8 @@ type JobEventFailedManyParams struct {
 	Attempts       []int32
 	DeadLettered   []bool
 	Stages         []string
+	ProgressDone   []int64
+	ProgressTotal  []int64
 	FailureKinds   []string
 	ErrorCodes     []string
 	ErrorMessages  []string
@@ -1151,8 +1191,9 @@ type JobEventFailedManyParams struct {
 // JobEventFailedMany writes the event of each failed attempt
 // JobFailManyRouted recorded (@ids with, at the same position, the run,
 // attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
-// the stored error code and message (” for none) and the retry's due
-// time of the row it returned), as JobFailMany's own events: one
+// the stored error code and message (” for none), the progress (-1:
+// NULL) and the retry's due time of the row it returned), as
+// JobFailMany's own events: one
 // query, no table read, one step on Citus.
 func (q *Queries) JobEventFailedMany(ctx context.Context, db DBTX, arg JobEventFailedManyParams) error {
 	_, err := db.Exec(ctx, jobEventFailedMany,
@@ -1161,6 +1202,8 @@ func (q *Queries) JobEventFailedMany(ctx context.Context, db DBTX, arg JobEventF
 		arg.Attempts,
 		arg.DeadLettered,
 		arg.Stages,
+		arg.ProgressDone,
+		arg.ProgressTotal,
 		arg.FailureKinds,
 		arg.ErrorCodes,
 		arg.ErrorMessages,
@@ -1301,10 +1344,25 @@ input AS (
            ($6::float8[])[i.ord] AS retry_delay_seconds,
            NULLIF(($7::text[])[i.ord], '') AS error_code,
            NULLIF(($8::text[])[i.ord], '') AS error_message,
+           NULLIF(($9::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($10::bigint[])[i.ord], -1) AS progress_total,
+           ($11::jsonb[])[i.ord] AS checkpoint,
            clock.now + make_interval(secs => ($6::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
-    FROM unnest($9::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM unnest($12::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN clock
+),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $13
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
 ),
 failed AS (
     UPDATE job_queue jq
@@ -1319,10 +1377,14 @@ failed AS (
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
-        last_error_message = input.error_message
-    FROM input
-    WHERE jq.organization_id = $10
+        last_error_message = input.error_message,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input, locked
+    WHERE jq.organization_id = $13
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -1331,11 +1393,11 @@ failed AS (
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.failure_kind
 ),
 event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
     SELECT organization_id, id, run_number, attempt,
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
-           stage,
+           stage, progress_done, progress_total,
            jsonb_strip_nulls(jsonb_build_object(
                'failure_kind', failure_kind,
                'error_code', last_error_code,
@@ -1360,6 +1422,9 @@ type JobFailManyParams struct {
 	RetryDelaySeconds []float64
 	ErrorCodes        []string
 	ErrorMessages     []string
+	ProgressDone      []int64
+	ProgressTotal     []int64
+	Checkpoints       []json.RawMessage
 	Ids               []uuid.UUID
 	OrganizationID    uuid.UUID
 }
@@ -1402,8 +1467,10 @@ type JobFailManyRow struct {
 // due after its retry delay, worker cleared, with a RETRY_SCHEDULED event;
 // any other is DEAD_LETTERED (finished) with a DEAD_LETTERED event. The
 // error code and message (” stores NULL) are stored on the job and, with
-// the failure kind, in the event. Leaving LEASED releases a job's
-// execution resource claim (trigger).
+// the failure kind, in the event. Progress (-1: keep) and a checkpoint
+// (NULL: keep) the attempt reported last are stored with the failure, so
+// a retry resumes from them; the event carries the progress. Leaving
+// LEASED releases a job's execution resource claim (trigger).
 func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParams) ([]JobFailManyRow, error) {
 	rows, err := db.Query(ctx, jobFailMany,
 		arg.RunNumbers,
@@ -1414,6 +1481,9 @@ func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParam
 		arg.RetryDelaySeconds,
 		arg.ErrorCodes,
 		arg.ErrorMessages,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.Checkpoints,
 		arg.Ids,
 		arg.OrganizationID,
 	)
@@ -1477,10 +1547,25 @@ WITH input AS (
            ($6::float8[])[i.ord] AS retry_delay_seconds,
            NULLIF(($7::text[])[i.ord], '') AS error_code,
            NULLIF(($8::text[])[i.ord], '') AS error_message,
+           NULLIF(($9::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($10::bigint[])[i.ord], -1) AS progress_total,
+           ($11::jsonb[])[i.ord] AS checkpoint,
            clock.now + make_interval(secs => ($6::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
-    FROM unnest($9::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM unnest($12::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $13
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
 ),
 failed AS (
     UPDATE job_queue jq
@@ -1495,10 +1580,14 @@ failed AS (
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
-        last_error_message = input.error_message
-    FROM input
-    WHERE jq.organization_id = $10
+        last_error_message = input.error_message,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input, locked
+    WHERE jq.organization_id = $13
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -1523,6 +1612,9 @@ type JobFailManyRoutedParams struct {
 	RetryDelaySeconds []float64
 	ErrorCodes        []string
 	ErrorMessages     []string
+	ProgressDone      []int64
+	ProgressTotal     []int64
+	Checkpoints       []json.RawMessage
 	Ids               []uuid.UUID
 	OrganizationID    uuid.UUID
 }
@@ -1574,6 +1666,9 @@ func (q *Queries) JobFailManyRouted(ctx context.Context, db DBTX, arg JobFailMan
 		arg.RetryDelaySeconds,
 		arg.ErrorCodes,
 		arg.ErrorMessages,
+		arg.ProgressDone,
+		arg.ProgressTotal,
+		arg.Checkpoints,
 		arg.Ids,
 		arg.OrganizationID,
 	)
@@ -1790,6 +1885,18 @@ input AS (
     FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN clock
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $9
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 beat AS (
     UPDATE job_queue jq
     SET lease_expires_at = input.lease_until,
@@ -1798,7 +1905,7 @@ beat AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN job_queue before ON before.organization_id = $9 AND before.id = input.id
+    JOIN locked before ON before.id = input.id
     WHERE jq.organization_id = $9
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -1853,8 +1960,8 @@ type JobHeartbeatManyRow struct {
 // renewed lease carries its new expiry to the job's execution resource
 // claim (trigger). An entry whose progress or checkpoint differs from the
 // stored one writes one PROGRESS event; a plain heartbeat writes none.
-// (The self-join reads the row as it was before the update, to tell a
-// change; only the lease holder writes these columns.)
+// (The locked CTE returns the stored progress and checkpoint as they were
+// before the update, to tell a change.)
 func (q *Queries) JobHeartbeatMany(ctx context.Context, db DBTX, arg JobHeartbeatManyParams) ([]JobHeartbeatManyRow, error) {
 	rows, err := db.Query(ctx, jobHeartbeatMany,
 		arg.RunNumbers,
@@ -1909,6 +2016,18 @@ WITH input AS (
     FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $9
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 beat AS (
     UPDATE job_queue jq
     SET lease_expires_at = input.lease_until,
@@ -1917,7 +2036,7 @@ beat AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN job_queue before ON before.organization_id = $9 AND before.id = input.id
+    JOIN locked before ON before.id = input.id
     WHERE jq.organization_id = $9
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -2943,6 +3062,18 @@ WITH input AS (
            ($3::text[])[i.ord] AS worker_id
     FROM unnest($4::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = $5
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 clock AS (
     SELECT clock_timestamp() AS at
 ),
@@ -2955,9 +3086,10 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input, clock
+    FROM input, clock, locked
     WHERE jq.organization_id = $5
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id

@@ -7,7 +7,24 @@ package db
 
 import (
 	"context"
+	"time"
 )
+
+const serverClock = `-- name: ServerClock :one
+SELECT now()::timestamptz AS now
+`
+
+// ServerClock reads the database clock (now(): the start of the
+// transaction, or of this statement outside one). Cutoffs given as an age
+// (a prune's OlderThan) are measured against it, never against the
+// process's clock, so a machine whose clock runs ahead cannot delete what
+// just finished.
+func (q *Queries) ServerClock(ctx context.Context, db DBTX) (time.Time, error) {
+	row := db.QueryRow(ctx, serverClock)
+	var now time.Time
+	err := row.Scan(&now)
+	return now, err
+}
 
 const serverIsDistributed = `-- name: ServerIsDistributed :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS distributed

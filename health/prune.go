@@ -45,8 +45,15 @@ type PruneRequest struct {
 	// global scope's own jobs); nil prunes every tenant, one after another.
 	Scope *runledger.Scope
 	// FinishedBefore is the cutoff: jobs that finished (finished_at)
-	// strictly before it may be deleted. Required.
+	// strictly before it may be deleted. Exactly one of FinishedBefore and
+	// OlderThan is set.
 	FinishedBefore time.Time
+	// OlderThan is the cutoff as an age: jobs that finished more than
+	// OlderThan before the database clock's now() (read once, when the
+	// prune starts) may be deleted. Measured against the database, never
+	// the process, so a machine whose clock runs ahead deletes nothing
+	// that finished within OlderThan. Positive when set.
+	OlderThan time.Duration
 	// Statuses are the finished statuses to delete (SUCCEEDED,
 	// DEAD_LETTERED, CANCELED); empty means all three.
 	Statuses []runledger.JobStatus
@@ -69,8 +76,13 @@ func (r PruneRequest) Validate() error {
 			return err
 		}
 	}
-	if r.FinishedBefore.IsZero() {
-		return errCutoffInvalid.New("the prune cutoff (finished before) is not set")
+	switch {
+	case r.FinishedBefore.IsZero() && r.OlderThan == 0:
+		return errCutoffInvalid.New("the prune cutoff is not set: give FinishedBefore or OlderThan")
+	case !r.FinishedBefore.IsZero() && r.OlderThan != 0:
+		return errCutoffInvalid.New("the prune cutoff is given twice: give only one of FinishedBefore and OlderThan")
+	case r.OlderThan < 0:
+		return errCutoffInvalid.Newf("the prune cutoff OlderThan %s must be positive", r.OlderThan)
 	}
 	for _, s := range r.Statuses {
 		if !slices.Contains(finishedStatuses, s) {
@@ -87,6 +99,10 @@ func (r PruneRequest) Validate() error {
 type PruneResult struct {
 	// DryRun is the request's.
 	DryRun bool
+	// Cutoff is the cutoff the prune used: the request's FinishedBefore,
+	// or the database clock minus its OlderThan. Zero when the prune
+	// failed before it read the clock.
+	Cutoff time.Time
 	// DeletedJobs and DeletedEvents count the jobs and events deleted.
 	DeletedJobs, DeletedEvents int64
 	// KeptForLineage counts jobs the cutoff selected that were kept
@@ -145,6 +161,14 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, req PruneRequest) (PruneResu
 		return res, err
 	}
 	defer s.End(ctx)
+	if req.OlderThan > 0 {
+		now, err := queries.ServerClock(ctx, s.DB())
+		if err != nil {
+			return res, dberr.Translate(ctx, "read the database clock for the prune cutoff", err)
+		}
+		p.cutoff = now.Add(-req.OlderThan).UTC()
+	}
+	res.Cutoff = p.cutoff
 
 	var tenants []uuid.UUID
 	if req.Scope != nil {

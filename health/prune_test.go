@@ -93,7 +93,7 @@ func TestPruneLineageShapes(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := health.PruneResult{DryRun: dry, DeletedJobs: int64(len(gone)), DeletedEvents: 5 * int64(len(gone)),
-				KeptForLineage: 2 + 1 + 2 + 1, KeptForWorkflow: 1, Batches: res.Batches}
+				KeptForLineage: 2 + 1 + 2 + 1, KeptForWorkflow: 1, Batches: res.Batches, Cutoff: res.Cutoff}
 			if res != want {
 				t.Fatalf("result %+v, want %+v", res, want)
 			}
@@ -375,6 +375,8 @@ func TestPruneValidation(t *testing.T) {
 		{health.PruneRequest{FinishedBefore: cutoff, BatchSize: -1}, "health.prune_batch_invalid"},
 		{health.PruneRequest{FinishedBefore: cutoff, BatchSize: health.MaxPruneBatch + 1}, "health.prune_batch_invalid"},
 		{health.PruneRequest{FinishedBefore: cutoff, Scope: testdb.Ptr(runledger.Organization(uuid.Nil))}, runledger.CodeOrganizationInvalid},
+		{health.PruneRequest{FinishedBefore: cutoff, OlderThan: time.Hour}, "health.prune_cutoff_invalid"},
+		{health.PruneRequest{OlderThan: -time.Hour}, "health.prune_cutoff_invalid"},
 	} {
 		_, err := health.Prune(ctx, pool, c.req)
 		testdb.WantCode(t, err, c.code)
@@ -403,5 +405,30 @@ func TestTryPruneOneAtATime(t *testing.T) {
 	// The lock was released: a second run takes it again.
 	if _, ran, err = health.TryPrune(ctx, pool, req); err != nil || !ran {
 		t.Fatalf("again: ran %v %v", ran, err)
+	}
+}
+
+// A prune's OlderThan is measured against the database clock: the cutoff
+// it reports lies between the server's now() before and after the call,
+// minus OlderThan, and it deletes what finished before that and keeps the
+// rest.
+func TestPruneOlderThanUsesTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := testdb.Context(t)
+	old := insert(t, pool, job{org: orgA, status: "SUCCEEDED", finished: 2 * time.Hour})
+	recent := insert(t, pool, job{org: orgA, status: "SUCCEEDED", finished: 30 * time.Minute})
+	before := testdb.Scalar[time.Time](t, pool, `SELECT now()`)
+	res, err := health.Prune(ctx, pool, health.PruneRequest{OlderThan: time.Hour})
+	if err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	after := testdb.Scalar[time.Time](t, pool, `SELECT now()`)
+	if res.Cutoff.Before(before.Add(-time.Hour)) || res.Cutoff.After(after.Add(-time.Hour)) {
+		t.Errorf("cutoff %s is not the database clock minus 1h (between %s and %s)", res.Cutoff, before.Add(-time.Hour), after.Add(-time.Hour))
+	}
+	if exists(t, pool, old) || !exists(t, pool, recent) || res.DeletedJobs != 1 {
+		t.Errorf("deleted %d; the job that finished 2h ago exists: %v, 30m ago: %v; want only the first deleted",
+			res.DeletedJobs, exists(t, pool, old), exists(t, pool, recent))
 	}
 }

@@ -227,12 +227,24 @@ type FailRequest struct {
 	// Backoff(Attempt). Zero makes the retry due at once. Ignored when the
 	// job is dead-lettered.
 	RetryDelay *time.Duration
+	// ProgressDone and ProgressTotal, when set, record the attempt's last
+	// progress with the failure (and in its event); nil keeps the stored
+	// value. Checkpoint, when not nil, is stored as the job's checkpoint,
+	// so that the retry resumes from it (at most MaxCheckpointBytes, as a
+	// heartbeat's). A worker passes what the handler reported after its
+	// last heartbeat here, so nothing reported before a failure is lost.
+	ProgressDone       *int64
+	ProgressTotal      *int64
+	Checkpoint         json.RawMessage
+	MaxCheckpointBytes int
 }
 
 // Validate checks the request without touching the database: worker id
 // (job.worker_id_blank, job.worker_id_invalid), error code and message
-// (job.failure_invalid: NUL or invalid UTF-8) and retry delay
-// (job.retry_delay_invalid: negative).
+// (job.failure_invalid: NUL or invalid UTF-8), retry delay
+// (job.retry_delay_invalid: negative), progress (job.progress_invalid) and
+// checkpoint (job.checkpoint_too_large, job.checkpoint_invalid), as a
+// heartbeat's.
 func (r FailRequest) Validate() error {
 	if err := validateLeaseScope(r.Scope, r.WorkerID); err != nil {
 		return err
@@ -248,7 +260,10 @@ func (r FailRequest) Validate() error {
 	default:
 		return invalid(errFailureInvalid, "failure kind %q is not RETRYABLE, TERMINAL, PANICKED or TIMEOUT", r.Kind)
 	}
-	return nil
+	if err := validateProgress(r.ProgressDone, r.ProgressTotal); err != nil {
+		return err
+	}
+	return validateCheckpoint(r.Checkpoint, r.MaxCheckpointBytes)
 }
 
 func (r FailRequest) lease() heldLease {
@@ -358,6 +373,9 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 			p.RetryDelaySeconds = append(p.RetryDelaySeconds, delay.Seconds())
 			p.ErrorCodes = append(p.ErrorCodes, r.ErrorCode)
 			p.ErrorMessages = append(p.ErrorMessages, r.ErrorMessage)
+			p.ProgressDone = append(p.ProgressDone, orKeep(r.ProgressDone))
+			p.ProgressTotal = append(p.ProgressTotal, orKeep(r.ProgressTotal))
+			p.Checkpoints = append(p.Checkpoints, r.Checkpoint)
 		}
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return p
@@ -392,6 +410,8 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 				e.FailureKinds = append(e.FailureKinds, kinds[r.ID])
 				e.ErrorCodes = append(e.ErrorCodes, derefString(r.LastErrorCode))
 				e.ErrorMessages = append(e.ErrorMessages, derefString(r.LastErrorMessage))
+				e.ProgressDone = append(e.ProgressDone, orKeep(r.ProgressDone))
+				e.ProgressTotal = append(e.ProgressTotal, orKeep(r.ProgressTotal))
 				e.NextRunAts = append(e.NextRunAts, r.NextRunAt)
 			}
 			return func(q db.DBTX) error { return queries.JobEventFailedMany(ctx, q, e) }

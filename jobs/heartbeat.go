@@ -65,13 +65,21 @@ func (r HeartbeatRequest) Validate() error {
 	if err := validateProgress(r.ProgressDone, r.ProgressTotal); err != nil {
 		return err
 	}
-	if r.Checkpoint != nil {
-		if max := jsonLimit(r.MaxCheckpointBytes); len(r.Checkpoint) > max {
-			return invalid(errCheckpointTooLarge, "job checkpoint must be at most %d bytes, got %d", max, len(r.Checkpoint))
-		}
-		if err := validateJSON(r.Checkpoint); err != nil {
-			return invalid(errCheckpointInvalid, "job checkpoint: %v", err)
-		}
+	return validateCheckpoint(r.Checkpoint, r.MaxCheckpointBytes)
+}
+
+// validateCheckpoint checks a checkpoint a heartbeat or a failure stores:
+// nil (keep the stored one), or JSON that jsonb can store of at most max
+// bytes (zero or negative: DefaultMaxJSONBytes).
+func validateCheckpoint(checkpoint json.RawMessage, max int) error {
+	if checkpoint == nil {
+		return nil
+	}
+	if max := jsonLimit(max); len(checkpoint) > max {
+		return invalid(errCheckpointTooLarge, "job checkpoint must be at most %d bytes, got %d", max, len(checkpoint))
+	}
+	if err := validateJSON(checkpoint); err != nil {
+		return invalid(errCheckpointInvalid, "job checkpoint: %v", err)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -73,8 +75,11 @@ type tenantGroup struct {
 	at     []int
 }
 
-// groupByTenant sorts a batch's leases by tenant, in order of first
-// appearance. A scoped lease's tenant is its scope's. The unscoped ones'
+// groupByTenant sorts a batch's leases by tenant, the groups in tenant
+// order (PostgreSQL's uuid order: bytes), so that a batch over several
+// tenants locks its rows in (organization_id, id) order, as every other
+// multi-row write of a worker does (each statement locks its own rows in
+// id order). A scoped lease's tenant is its scope's. The unscoped ones'
 // are read, in one statement for all of them (JobGetTenants; on Citus it
 // asks every shard): the one round trip an unscoped write costs beyond a
 // scoped one. An unscoped lease on an id no job has is in no group, so it
@@ -119,6 +124,7 @@ func groupByTenant(ctx context.Context, s *txn.Session, leases []heldLease) ([]t
 			put(t, i)
 		}
 	}
+	slices.SortFunc(groups, func(a, b tenantGroup) int { return bytes.Compare(a.tenant[:], b.tenant[:]) })
 	return groups, nil
 }
 

@@ -410,6 +410,17 @@ FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 -- An id given twice is updated once (callers refuse duplicates). A batch
 -- over several tenants is one statement per tenant, each routed to its
 -- tenant's shard on Citus.
+--
+-- Lock order: each of these statements first locks the leases it may
+-- change in id order (its locked CTE: a Sort under the LockRows, so the
+-- rows are locked as they leave the sort) and only then writes them, and
+-- the library sends a batch's tenants in tenant order, all in one
+-- transaction. So every multi-row write a worker sends takes its row locks
+-- in (organization_id, id) order, and two of them (a heartbeat round
+-- beside a completion batch of the same worker) can wait for each other
+-- but never in a cycle. On Citus the same holds shard by shard: each
+-- statement is routed to its tenant's shard whole. The claim and the
+-- lease recovery lock with SKIP LOCKED and never wait for a job's row.
 
 -- JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
 -- stores NULL), the final progress where given (-1: keep the stored
@@ -426,6 +437,18 @@ WITH input AS (
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 clock AS (
     SELECT now() AS now, clock_timestamp() AS at
 ),
@@ -438,9 +461,10 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, clock
+    FROM input, clock, locked
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -480,6 +504,18 @@ WITH input AS (
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 completed AS (
     UPDATE job_queue jq
     SET status = 'SUCCEEDED',
@@ -489,9 +525,10 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+    FROM input, locked, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -520,8 +557,10 @@ FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 -- due after its retry delay, worker cleared, with a RETRY_SCHEDULED event;
 -- any other is DEAD_LETTERED (finished) with a DEAD_LETTERED event. The
 -- error code and message ('' stores NULL) are stored on the job and, with
--- the failure kind, in the event. Leaving LEASED releases a job's
--- execution resource claim (trigger).
+-- the failure kind, in the event. Progress (-1: keep) and a checkpoint
+-- (NULL: keep) the attempt reported last are stored with the failure, so
+-- a retry resumes from them; the event carries the progress. Leaving
+-- LEASED releases a job's execution resource claim (trigger).
 -- name: JobFailMany :many
 WITH clock AS (
     SELECT now() AS now, clock_timestamp() AS at
@@ -536,10 +575,25 @@ input AS (
            (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
            NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
            NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
+           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
            clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN clock
+),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
 ),
 failed AS (
     UPDATE job_queue jq
@@ -554,10 +608,14 @@ failed AS (
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
-        last_error_message = input.error_message
-    FROM input
+        last_error_message = input.error_message,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input, locked
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -566,11 +624,11 @@ failed AS (
     RETURNING jq.*, input.failure_kind
 ),
 event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
     SELECT organization_id, id, run_number, attempt,
            CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
                 ELSE 'RETRY_SCHEDULED'::job_event_type END,
-           stage,
+           stage, progress_done, progress_total,
            jsonb_strip_nulls(jsonb_build_object(
                'failure_kind', failure_kind,
                'error_code', last_error_code,
@@ -600,10 +658,25 @@ WITH input AS (
            (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
            NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
            NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
+           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
            clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
 ),
 failed AS (
     UPDATE job_queue jq
@@ -618,10 +691,14 @@ failed AS (
         worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
         last_error_code = input.error_code,
-        last_error_message = input.error_message
-    FROM input
+        last_error_message = input.error_message,
+        progress_done = COALESCE(input.progress_done, jq.progress_done),
+        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
+    FROM input, locked
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -639,15 +716,17 @@ FROM failed;
 -- JobEventFailedMany writes the event of each failed attempt
 -- JobFailManyRouted recorded (@ids with, at the same position, the run,
 -- attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
--- the stored error code and message ('' for none) and the retry's due
--- time of the row it returned), as JobFailMany's own events: one
+-- the stored error code and message ('' for none), the progress (-1:
+-- NULL) and the retry's due time of the row it returned), as
+-- JobFailMany's own events: one
 -- query, no table read, one step on Citus.
 -- name: JobEventFailedMany :exec
-INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord],
        CASE WHEN (@dead_lettered::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
             ELSE 'RETRY_SCHEDULED'::job_event_type END,
        (@stages::text[])[e.ord],
+       NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
        jsonb_strip_nulls(jsonb_build_object(
            'failure_kind', (@failure_kinds::text[])[e.ord],
            'error_code', NULLIF((@error_codes::text[])[e.ord], ''),
@@ -661,8 +740,8 @@ FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 -- renewed lease carries its new expiry to the job's execution resource
 -- claim (trigger). An entry whose progress or checkpoint differs from the
 -- stored one writes one PROGRESS event; a plain heartbeat writes none.
--- (The self-join reads the row as it was before the update, to tell a
--- change; only the lease holder writes these columns.)
+-- (The locked CTE returns the stored progress and checkpoint as they were
+-- before the update, to tell a change.)
 -- name: JobHeartbeatMany :many
 WITH clock AS (
     SELECT clock_timestamp() AS at
@@ -680,6 +759,18 @@ input AS (
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN clock
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 beat AS (
     UPDATE job_queue jq
     SET lease_expires_at = input.lease_until,
@@ -688,7 +779,7 @@ beat AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
+    JOIN locked before ON before.id = input.id
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -731,6 +822,18 @@ WITH input AS (
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 beat AS (
     UPDATE job_queue jq
     SET lease_expires_at = input.lease_until,
@@ -739,7 +842,7 @@ beat AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
+    JOIN locked before ON before.id = input.id
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -782,6 +885,18 @@ WITH input AS (
            (@worker_ids::text[])[i.ord] AS worker_id
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
+locked AS MATERIALIZED (
+    SELECT jq.id
+    FROM job_queue jq
+    JOIN input ON input.id = jq.id
+    WHERE jq.organization_id = @organization_id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+    ORDER BY jq.id
+    FOR NO KEY UPDATE OF jq
+),
 clock AS (
     SELECT clock_timestamp() AS at
 ),
@@ -794,9 +909,10 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input, clock
+    FROM input, clock, locked
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
+      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id

@@ -164,7 +164,8 @@ stays. A job a workflow step owns is never deleted. Without --org every
 tenant is pruned; with it, no other tenant's job is touched. Stopping it
 (Ctrl-C) keeps the batches committed; running it again resumes.
 
-Exactly one of --finished-before and --older-than sets the cutoff.
+Exactly one of --finished-before and --older-than sets the cutoff; an age
+is measured against the database clock, not this machine's.
 While it runs, stderr shows the progress when it is a terminal.
 
 Output (--json):
@@ -191,7 +192,7 @@ before stay; rerunning resumes).`,
 			case **olderThan <= 0:
 				return nil, invalidArgf("--older-than %s must be positive", **olderThan)
 			default:
-				req.FinishedBefore = time.Now().Add(-**olderThan).UTC()
+				req.OlderThan = **olderThan
 			}
 			if *batch < 1 {
 				return nil, invalidArgf("--batch %d must be between 1 and %d", *batch, health.MaxPruneBatch)
@@ -217,7 +218,7 @@ before stay; rerunning resumes).`,
 				return nil, err
 			}
 			return pruneResult{Outcome: "prune", DryRun: res.DryRun, DeletedJobs: res.DeletedJobs, DeletedEvents: res.DeletedEvents,
-				KeptForLineage: res.KeptForLineage, res: res, cutoff: req.FinishedBefore}, nil
+				KeptForLineage: res.KeptForLineage, res: res, cutoff: res.Cutoff}, nil
 		}
 	},
 }
