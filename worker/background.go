@@ -209,7 +209,7 @@ func (r *run) recoverLeases(ctx context.Context) {
 // every tenant, unless another worker's prune is running.
 func (r *run) prune(ctx context.Context) {
 	for {
-		req := health.PruneRequest{FinishedBefore: time.Now().Add(-r.cfg.Retention), BatchSize: r.cfg.RetentionBatch}
+		req := health.PruneRequest{OlderThan: r.cfg.Retention, BatchSize: r.cfg.RetentionBatch}
 		res, ran, err := health.TryPrune(ctx, r.pool, req)
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -69,7 +69,8 @@ type Config struct {
 	RecoveryInterval time.Duration
 	// Retention, when positive, turns on the scheduled prune: every
 	// RetentionInterval (and at start) the worker deletes the jobs that
-	// finished more than Retention ago, with health.Prune over every
+	// finished more than Retention before the database clock's now (the
+	// process's clock plays no part), with health.Prune over every
 	// tenant (lineage families kept whole, workflow-owned jobs kept). One
 	// prune runs at a time across all workers and processes
 	// (health.TryPrune); it uses a second connection of the pool beside

@@ -449,6 +449,10 @@ func (r *run) settle(e *execution, output json.RawMessage, failure *jobs.FailReq
 	}
 	e.mu.Lock()
 	done, total := e.progressDone, e.progressTotal
+	var checkpoint json.RawMessage
+	if e.dirty {
+		checkpoint = e.checkpoint
+	}
 	e.mu.Unlock()
 	if failure == nil {
 		req := jobs.CompleteRequest{WorkerID: r.cfg.WorkerID, Output: output, ProgressDone: done, ProgressTotal: total}
@@ -466,6 +470,15 @@ func (r *run) settle(e *execution, output json.RawMessage, failure *jobs.FailReq
 			failure = outputInvalid("the handler's error was refused",
 				fmt.Errorf("its error code is %d bytes, over the %d the worker stores", len(failure.ErrorCode), maxErrorCode))
 		}
+	}
+	if failure != nil {
+		// The progress and checkpoint reported before the failure are
+		// written with it, so that the retry can resume from them (a
+		// checkpoint a heartbeat already wrote is not sent again). Both
+		// were validated when the handler reported them.
+		f := *failure
+		f.ProgressDone, f.ProgressTotal, f.Checkpoint = done, total, checkpoint
+		failure = &f
 	}
 	r.hand(e, output, failure, false, err)
 }

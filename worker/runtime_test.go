@@ -288,3 +288,33 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Progress and a checkpoint a handler reported just before failing are
+// written with the failure (no heartbeat ran between), so that the retry
+// resumes from them.
+func TestWorkerWritesProgressAndCheckpointWithAFailure(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, worker.Config{PollInterval: 20 * time.Millisecond, Lease: time.Minute})
+	h.define("resumable", 3)
+	if err := worker.Register(h.w, "resumable", func(ctx context.Context, _ worker.Job[json.RawMessage]) (any, error) {
+		if err := worker.SetProgress(ctx, 3, 10); err != nil {
+			return nil, err
+		}
+		if err := worker.SetCheckpoint(ctx, map[string]int{"page": 3}); err != nil {
+			return nil, err
+		}
+		return nil, worker.RetryAfter(time.Hour, errors.New("upstream down"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	j := h.enqueue("resumable", `{}`)
+	h.start()
+	if f := h.waitFinished(1)[0]; f.Outcome != worker.OutcomeRetried {
+		t.Fatalf("finished %s, want retried", f.Outcome)
+	}
+	got := h.job(j.ID)
+	if got.ProgressDone == nil || *got.ProgressDone != 3 || got.ProgressTotal == nil || *got.ProgressTotal != 10 {
+		t.Fatalf("progress %v of %v, want 3 of 10", got.ProgressDone, got.ProgressTotal)
+	}
+	testdb.JSONEqual(t, "checkpoint", got.Checkpoint, `{"page":3}`)
+}
