@@ -173,9 +173,9 @@ type sample struct {
 	workerLeases int64
 	deadlocks    int64
 	taken        time.Time
-	opsPerSec   float64
-	note        string
-	serverErr   string
+	opsPerSec    float64
+	note         string
+	serverErr    string
 }
 
 // lastTotal and lastAt remember the previous sample for the rate.
