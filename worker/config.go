@@ -40,9 +40,10 @@ type Config struct {
 	// that is blank, holds a NUL byte or invalid UTF-8, or is over 255
 	// bytes: every claim would be refused.
 	WorkerID string
-	// Concurrency is the most handlers running at once (default
-	// DefaultConcurrency). The worker claims only as many jobs as it has
-	// free handlers.
+	// Concurrency is the most attempts the worker holds at once (default
+	// DefaultConcurrency): claimed, running, or finished with the outcome
+	// not yet committed. The worker claims only as many jobs as it has free
+	// slots, and a slot is freed once the attempt's outcome is committed.
 	Concurrency int
 	// Lease is the lease each claim and heartbeat asks for (default
 	// DefaultLease, at most jobs.MaxLease). A crashed worker's jobs are

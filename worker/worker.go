@@ -6,15 +6,21 @@
 //
 // # What a Worker does
 //
-//   - Claims only as many jobs as it has free handlers (Config.Concurrency),
-//     up to 1,000 per statement, when a committed enqueue or replay of a due
+//   - Claims only as many jobs as it has free handler slots
+//     (Config.Concurrency). A slot is taken from the claim until the
+//     attempt's outcome is committed (or known lost), not only while the
+//     handler runs: the leases a worker holds (claimed, running, finished
+//     but not yet committed) never exceed Concurrency, and a worker whose
+//     outcomes back up stops claiming. It claims up to 1,000 per
+//     statement, when a committed enqueue or replay of a due
 //     job notifies (LISTEN/NOTIFY, heard within milliseconds), again at
 //     once after every claim that found work, and at least every
 //     Config.PollInterval (jobs that became due without a notification).
 //   - Runs each job's handler with the job's timeout as its context's
 //     deadline. A returned error fails the attempt (retryable unless
 //     Terminal; RetryAfter sets the delay), a panic fails it as PANICKED
-//     (dead-lettered), a handler past its deadline as TIMEOUT (retryable),
+//     (dead-lettered), a handler past its deadline as TIMEOUT (retryable,
+//     also when it returns success after the deadline),
 //     success completes it with the handler's output.
 //   - Renews every lease it holds with one statement per
 //     Config.HeartbeatInterval, carrying the progress and checkpoints
@@ -26,6 +32,27 @@
 //     completions and failures are fenced on the lease, so a worker that
 //     lost its lease never finishes an attempt another worker now holds.
 //     Config.OnFinished hears each outcome after its commit.
+//   - Sends every multi-row write (heartbeat rounds, completions,
+//     failures, hand-backs) sorted by tenant, then job id, the order in
+//     which the statements lock their rows, so that its own statements
+//     never deadlock with each other (nor with other workers'). On Citus
+//     each tenant's rows are on one shard and the tenant groups go in the
+//     same order, so the order holds there too.
+//   - Checks each outcome when its handler returns with the library's
+//     request validation: an output, error code or message the database
+//     would refuse fails the attempt terminally as CodeOutputInvalid. A
+//     batch the database refuses anyway is split, down to single entries,
+//     so every other outcome in it is written; a completion refused alone
+//     is failed as CodeOutputInvalid, a failure refused alone is written
+//     once more cleaned, then given up. Nothing is retried forever: the
+//     lease of an outcome still unwritten one lease length after its
+//     handler returned is no longer renewed, so a recovery takes it back.
+//   - Decides about leases on the database clock: the lease end it
+//     tracks is the length the database gave the lease (lease_expires_at
+//     less the database time of the claim or heartbeat) counted from when
+//     the statement was sent, less a margin (a tenth of the lease, at
+//     most a second); the process's clock is never compared with the
+//     database's. The scheduled prune's cutoff is the database clock's.
 //   - Recovers expired leases of crashed workers every
 //     Config.RecoveryInterval (one recovery at a time across processes).
 //   - With a Config.Retention, prunes the jobs that finished longer ago
