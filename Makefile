@@ -9,6 +9,9 @@ FUZZTIME ?= 10s
 # dependency of the library or of the runledger command.
 RIVER_BENCH := cmd/runledger/internal/bench/river
 SOAK_DURATION ?= 10m
+# Extra soak flags; a short CI-friendly form:
+#   make soak SOAK_DURATION=20s SOAK_FLAGS='-sample 2s -window 20s'
+SOAK_FLAGS    ?=
 
 .DEFAULT_GOAL := help
 
@@ -99,7 +102,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 
 .PHONY: soak
 soak: ## Soak (not in CI): 16 clients and a worker runtime for SOAK_DURATION (default 10m) on a durable throwaway server, one restart
-	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION)
+	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 .PHONY: lint
 lint: ## go vet plus the pinned staticcheck (and go vet of the River comparison module)

@@ -33,18 +33,33 @@ func (r *run) heartbeat(stop <-chan struct{}) {
 }
 
 // beat sends one round of heartbeats: every held lease, up to 1,000 per
-// statement, with the progress and checkpoints handlers reported since
-// the last round. A refused lease cancels its handler; when the database
-// cannot be reached, a lease whose end has passed is given up as well.
+// statement, sorted by tenant then job id (the order every write of the
+// worker locks rows in: see flush), with the progress and checkpoints
+// handlers reported since the last round. A refused lease cancels its
+// handler; when the database cannot be reached, a lease whose end has
+// passed is given up as well.
+//
+// The lease of an attempt whose outcome waits for its commit is renewed
+// for one lease length after the handler returned, no longer: an outcome
+// that cannot be written by then lets its lease run out, so that a
+// recovery takes the job back rather than the worker holding it forever.
 func (r *run) beat() {
+	now := time.Now()
 	r.mu.Lock()
 	held := make([]*execution, 0, len(r.active))
 	for _, e := range r.active {
-		if !e.lost.Load() {
+		if e.lost.Load() {
+			continue
+		}
+		e.mu.Lock()
+		stale := !e.settledAt.IsZero() && now.Sub(e.settledAt) > r.cfg.Lease
+		e.mu.Unlock()
+		if !stale {
 			held = append(held, e)
 		}
 	}
 	r.mu.Unlock()
+	sortByLease(held)
 	for len(held) > 0 {
 		n := min(len(held), maxClaim)
 		batch := held[:n]
@@ -74,7 +89,7 @@ func (r *run) beat() {
 		results, err := jobs.HeartbeatMany(ctx, r.pool, reqs)
 		cancel()
 		if err != nil {
-			r.log.Warn("runledger worker: heartbeat failed", "worker_id", r.cfg.WorkerID, "leases", n, "err", err)
+			r.log.Warn("runledger worker: heartbeat failed", "worker", r.fp, "leases", n, "err", err)
 			now := time.Now()
 			for _, e := range batch {
 				if now.After(e.leaseEnd()) && !e.settled.Load() {
@@ -96,7 +111,7 @@ func (r *run) beat() {
 				continue
 			}
 			e.mu.Lock()
-			e.leaseUntil = sent.Add(r.cfg.Lease)
+			e.leaseUntil = r.leaseEndFrom(sent, &res.Value.LastHeartbeatAt, &res.Value.LeaseExpiresAt)
 			if e.version == versions[i] {
 				e.dirty, e.checkpoint = false, nil
 			}
@@ -111,11 +126,9 @@ func (r *run) loseLease(e *execution, why string) {
 	if !e.lost.CompareAndSwap(false, true) {
 		return
 	}
-	r.log.Warn("runledger worker: stopping a job whose lease is gone", "worker_id", r.cfg.WorkerID,
+	r.log.Warn("runledger worker: stopping a job whose lease is gone", "worker", r.fp,
 		"job_id", e.job.ID, "job_type", e.job.JobType, "why", why)
-	if e.cancel != nil {
-		e.cancel(errLeaseLost)
-	}
+	e.cancel(errLeaseLost)
 }
 
 // listen holds a connection subscribed to jobs.DueChannel until ctx ends
@@ -127,13 +140,13 @@ func (r *run) listen(ctx context.Context) {
 		conn, err := r.pool.Acquire(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("runledger worker: cannot hold a connection to listen; polling meanwhile", "worker_id", r.cfg.WorkerID, "err", err)
+				r.log.Warn("runledger worker: cannot hold a connection to listen; polling meanwhile", "worker", r.fp, "err", err)
 			}
 			sleep(ctx.Done(), bo.next())
 			continue
 		}
 		if err := jobs.Listen(ctx, conn.Conn()); err != nil {
-			r.log.Warn("runledger worker: LISTEN failed; polling meanwhile", "worker_id", r.cfg.WorkerID, "err", err)
+			r.log.Warn("runledger worker: LISTEN failed; polling meanwhile", "worker", r.fp, "err", err)
 			closeConn(conn.Conn())
 			conn.Release()
 			sleep(ctx.Done(), bo.next())
@@ -174,12 +187,12 @@ func (r *run) recoverLeases(ctx context.Context) {
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
-					r.log.Warn("runledger worker: lease recovery failed", "worker_id", r.cfg.WorkerID, "err", err)
+					r.log.Warn("runledger worker: lease recovery failed", "worker", r.fp, "err", err)
 				}
 				break
 			}
 			if len(rec) > 0 {
-				r.log.Info("runledger worker: recovered expired leases", "worker_id", r.cfg.WorkerID, "jobs", len(rec))
+				r.log.Info("runledger worker: recovered expired leases", "worker", r.fp, "jobs", len(rec))
 			}
 			if len(rec) < maxClaim {
 				break
@@ -196,17 +209,17 @@ func (r *run) recoverLeases(ctx context.Context) {
 // every tenant, unless another worker's prune is running.
 func (r *run) prune(ctx context.Context) {
 	for {
-		req := health.PruneRequest{FinishedBefore: time.Now().Add(-r.cfg.Retention), BatchSize: r.cfg.RetentionBatch}
+		req := health.PruneRequest{OlderThan: r.cfg.Retention, BatchSize: r.cfg.RetentionBatch}
 		res, ran, err := health.TryPrune(ctx, r.pool, req)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.log.Warn("runledger worker: scheduled prune failed", "worker_id", r.cfg.WorkerID, "deleted_jobs", res.DeletedJobs, "err", err)
+			r.log.Warn("runledger worker: scheduled prune failed", "worker", r.fp, "deleted_jobs", res.DeletedJobs, "err", err)
 		case ran && res.DeletedJobs > 0:
-			r.log.Info("runledger worker: pruned finished jobs", "worker_id", r.cfg.WorkerID, "deleted_jobs", res.DeletedJobs,
+			r.log.Info("runledger worker: pruned finished jobs", "worker", r.fp, "deleted_jobs", res.DeletedJobs,
 				"deleted_events", res.DeletedEvents, "kept_for_lineage", res.KeptForLineage, "skipped", res.Skipped)
 		}
 		if r.cfg.OnPruned != nil && ran && err == nil {
-			r.cfg.OnPruned(res)
+			r.hook("OnPruned", func() { r.cfg.OnPruned(res) })
 		}
 		if !sleep(ctx.Done(), r.cfg.RetentionInterval) {
 			return

@@ -1,9 +1,16 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/jobs"
@@ -28,6 +35,10 @@ const (
 	// its job stays LEASED until a recovery takes it back, unless a write
 	// whose reply was lost landed.
 	OutcomeLost Outcome = "lost"
+	// OutcomeHandedBack: the shutdown canceled the running handler and the
+	// attempt was handed back without spending it (jobs.Release): the job
+	// is PENDING again, due as it was, at the attempt before.
+	OutcomeHandedBack Outcome = "handed_back"
 )
 
 // Finished is what Config.OnFinished hears of an attempt, after its
@@ -89,43 +100,111 @@ func (r *run) commit() {
 }
 
 // flush writes one batch of outcomes (completions in one statement,
-// failures in another), retrying what failed for reasons that may pass
-// while the leases last, then reports each.
+// failures in another, hand-backs of attempts the shutdown canceled in a
+// third), retrying what failed for reasons that may pass while the leases
+// last, then reports each. Each statement's entries are sorted by tenant,
+// then job id (byLease): the order in which the statements lock their
+// rows, so that the worker's writes (these, its heartbeats and its
+// releases, each sorted the same way) never deadlock with each other.
 func (r *run) flush(batch []*execution) {
-	var done, failed []*execution
+	var done, failed, back []*execution
 	for _, e := range batch {
 		switch {
 		case e.lost.Load():
 			r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errLeaseLost, Duration: e.duration})
+		case e.handBack:
+			back = append(back, e)
 		case e.failure == nil:
 			done = append(done, e)
 		default:
 			failed = append(failed, e)
 		}
 	}
+	sortByLease(done)
+	sortByLease(failed)
+	sortByLease(back)
 	if len(done) > 0 {
-		r.write(done, func(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
-			reqs := make([]jobs.CompleteRequest, len(es))
-			for i, e := range es {
-				e.mu.Lock()
-				reqs[i] = jobs.CompleteRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
-					WorkerID: r.cfg.WorkerID, Output: e.output, ProgressDone: e.progressDone, ProgressTotal: e.progressTotal}
-				e.mu.Unlock()
-			}
-			return jobs.CompleteMany(ctx, r.pool, reqs)
-		})
+		r.write(done, r.completeOp, r.completionRefused, nil)
 	}
 	if len(failed) > 0 {
-		r.write(failed, func(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
-			reqs := make([]jobs.FailRequest, len(es))
-			for i, e := range es {
-				f := *e.failure
-				f.Scope, f.JobID, f.RunNumber, f.Attempt, f.WorkerID = &e.scope, e.job.ID, e.job.RunNumber, e.job.Attempt, r.cfg.WorkerID
-				reqs[i] = f
-			}
-			return jobs.FailMany(ctx, r.pool, reqs)
-		})
+		r.write(failed, r.failOp, r.failureRefused, nil)
 	}
+	if len(back) > 0 {
+		r.write(back, r.releaseOp, r.giveUpRefused, nil)
+	}
+}
+
+// batchOp writes one batch of outcomes.
+type batchOp func(context.Context, []*execution) ([]jobs.Result[runledger.Job], error)
+
+func (r *run) completeOp(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
+	reqs := make([]jobs.CompleteRequest, len(es))
+	for i, e := range es {
+		e.mu.Lock()
+		reqs[i] = jobs.CompleteRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
+			WorkerID: r.cfg.WorkerID, Output: e.output, ProgressDone: e.progressDone, ProgressTotal: e.progressTotal}
+		e.mu.Unlock()
+	}
+	return jobs.CompleteMany(ctx, r.pool, reqs)
+}
+
+func (r *run) failOp(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
+	reqs := make([]jobs.FailRequest, len(es))
+	for i, e := range es {
+		f := *e.failure
+		f.Scope, f.JobID, f.RunNumber, f.Attempt, f.WorkerID = &e.scope, e.job.ID, e.job.RunNumber, e.job.Attempt, r.cfg.WorkerID
+		reqs[i] = f
+	}
+	return jobs.FailMany(ctx, r.pool, reqs)
+}
+
+func (r *run) releaseOp(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
+	reqs := make([]jobs.ReleaseRequest, len(es))
+	for i, e := range es {
+		reqs[i] = jobs.ReleaseRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt, WorkerID: r.cfg.WorkerID}
+	}
+	return jobs.Release(ctx, r.pool, reqs)
+}
+
+// completionRefused handles a completion the database refused on its own
+// (its output, although it passed the library's validation): a refusal of
+// the value fails the attempt terminally as CodeOutputInvalid instead;
+// any other refusal gives the attempt up.
+func (r *run) completionRefused(e *execution, err error) {
+	if !valueRefused(err) {
+		r.giveUpRefused(e, err)
+		return
+	}
+	e.output, e.failure, e.err = nil, outputInvalid("the database refused the handler's output", err), errors.Join(e.err, err)
+	r.write([]*execution{e}, r.failOp, r.failureRefused, nil)
+}
+
+// failureRefused handles a failure the database refused on its own: it is
+// written once more with its code and message reduced to printable ASCII;
+// refused again, the attempt is given up.
+func (r *run) failureRefused(e *execution, err error) {
+	if e.rewritten || !valueRefused(err) {
+		r.giveUpRefused(e, err)
+		return
+	}
+	e.rewritten = true
+	f := *e.failure
+	f.ErrorCode, f.ErrorMessage = printable(f.ErrorCode), printable(f.ErrorMessage)
+	if f.ErrorCode == "" {
+		f.ErrorCode = CodeHandlerFailed
+	}
+	e.failure = &f
+	r.write([]*execution{e}, r.failOp, r.failureRefused, nil)
+}
+
+// giveUpRefused reports an attempt whose outcome the database refused as
+// lost: its lease is no longer renewed, so a recovery takes the job back
+// once it expires, and nothing more is tried for it.
+func (r *run) giveUpRefused(e *execution, err error) {
+	r.log.Error("runledger worker: the database refused an attempt's outcome; its job is recovered when its lease expires",
+		"worker", r.fp, "job_id", e.job.ID, "job_type", e.job.JobType, "attempt", e.job.Attempt, "err", err)
+	e.lost.Store(true)
+	r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: err, Duration: e.duration})
 }
 
 // write runs a batch write until every entry is settled: written, or
@@ -137,14 +216,20 @@ func (r *run) flush(batch []*execution) {
 // meanwhile is lost. Each try is bounded by the end of the batch's last
 // lease (past it every entry is lost anyway); at the hard stop of a
 // shutdown what is left is given up.
-func (r *run) write(es []*execution, op func(context.Context, []*execution) ([]jobs.Result[runledger.Job], error)) {
+//
+// A batch the database refuses as a whole (an error that is neither
+// transient nor an unknown outcome: the server answered, nothing was
+// written) is split in halves, each written on its own, down to single
+// entries, so that one bad entry never holds up the others; a single entry
+// refused on its own goes to alone, which never retries it unchanged.
+func (r *run) write(es []*execution, op batchOp, alone func(*execution, error), unsure map[*execution]bool) {
 	var bo backoff
-	var unsure map[*execution]bool // entries an unconfirmed write may have written
 	for len(es) > 0 {
 		ctx, cancel := r.bounded(lastLeaseEnd(es))
 		results, err := op(ctx, es)
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			var recheck []*execution
 			for i, res := range results {
 				if res.Err != nil && unsure[es[i]] {
@@ -157,8 +242,19 @@ func (r *run) write(es []*execution, op func(context.Context, []*execution) ([]j
 				return
 			}
 			es = r.resolve(recheck)
-		} else {
-			r.log.Warn("runledger worker: recording outcomes failed; retrying", "worker_id", r.cfg.WorkerID, "jobs", len(es), "err", err)
+		case batchRefused(err) && r.db.Err() == nil:
+			if len(es) == 1 {
+				alone(es[0], err)
+				return
+			}
+			r.log.Warn("runledger worker: the database refused a batch of outcomes; writing its halves apart",
+				"worker", r.fp, "jobs", len(es), "err", err)
+			half := len(es) / 2
+			r.write(es[:half], op, alone, unsure)
+			r.write(es[half:], op, alone, unsure)
+			return
+		default:
+			r.log.Warn("runledger worker: recording outcomes failed; retrying", "worker", r.fp, "jobs", len(es), "err", err)
 			if errors.Is(err, runledger.ErrCommitUnconfirmed) {
 				if unsure == nil {
 					unsure = map[*execution]bool{}
@@ -186,13 +282,76 @@ func (r *run) write(es []*execution, op func(context.Context, []*execution) ([]j
 	}
 }
 
+// batchRefused reports an error by which the database refused a write
+// outright: it answered with an error (or the library refused the
+// request), so nothing was written, and sending the same batch again
+// would be refused again. Lost connections, transient states and unknown
+// outcomes are not refusals.
+func batchRefused(err error) bool {
+	if errors.Is(err, runledger.ErrCommitUnconfirmed) || runledger.IsTransient(err) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var re *runledger.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	return re.Category == runledger.CategoryValidation || re.SQLState != ""
+}
+
+// valueRefused reports a refusal of a value the write carried: the
+// library's validation, or a data exception (SQLSTATE class 22), a check
+// constraint (23514) or a program limit (54) of the server.
+func valueRefused(err error) bool {
+	var re *runledger.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	return re.Category == runledger.CategoryValidation ||
+		strings.HasPrefix(re.SQLState, "22") || re.SQLState == "23514" || strings.HasPrefix(re.SQLState, "54")
+}
+
+// printable keeps the printable ASCII of s, bounded as a stored message.
+func printable(s string) string {
+	b := make([]byte, 0, min(len(s), maxErrorMessage))
+	for i := 0; i < len(s) && len(b) < maxErrorMessage; i++ {
+		if c := s[i]; c >= 0x20 && c < 0x7f {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// sortByLease sorts a batch by tenant, then job id: the one order in
+// which the worker's multi-row writes lock their rows.
+func sortByLease(es []*execution) {
+	slices.SortFunc(es, func(a, b *execution) int { return compareLease(a.job, b.job) })
+}
+
+// compareLease orders jobs by tenant (organization_id, the global tenant
+// first), then id.
+func compareLease(a, b runledger.Job) int {
+	ta, tb := tenantOf(a), tenantOf(b)
+	if c := bytes.Compare(ta[:], tb[:]); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.ID[:], b.ID[:])
+}
+
+func tenantOf(j runledger.Job) uuid.UUID {
+	if j.OrganizationID == nil {
+		return uuid.Nil
+	}
+	return *j.OrganizationID
+}
+
 // giveUp reports as lost the attempts whose outcome could not be written
 // before the hard stop of a shutdown: their jobs stay LEASED until their
 // leases expire and a recovery takes them back (or an unconfirmed write
 // landed after all).
 func (r *run) giveUp(es []*execution) {
 	r.log.Error("runledger worker: the shutdown's time ran out before these outcomes could be written; their jobs are recovered when their leases expire",
-		"worker_id", r.cfg.WorkerID, "jobs", len(es))
+		"worker", r.fp, "jobs", len(es))
 	for _, e := range es {
 		e.lost.Store(true)
 		r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errShutdownDeadline, Duration: e.duration})
@@ -247,7 +406,14 @@ func (r *run) resolve(es []*execution) []*execution {
 // (PENDING or DEAD_LETTERED) with e's error code. A recovery at the same
 // attempt records job.lease_expired, a cancel leaves it CANCELED.
 func landed(e *execution, j runledger.Job) bool {
+	if e.handBack {
+		// A release leaves the job PENDING at the attempt before.
+		return j.RunNumber == e.job.RunNumber && j.Attempt == e.job.Attempt-1 && j.Status == runledger.JobStatusPending
+	}
 	if j.RunNumber != e.job.RunNumber || j.Attempt != e.job.Attempt {
+		return false
+	}
+	if e.handBack {
 		return false
 	}
 	if e.failure == nil {
@@ -264,6 +430,8 @@ func (r *run) report(e *execution, j runledger.Job, refused error) {
 	case refused != nil:
 		e.lost.Store(true)
 		f.Job, f.Outcome, f.Err = e.job, OutcomeLost, refused
+	case e.handBack:
+		f.Outcome = OutcomeHandedBack
 	case e.failure == nil:
 		f.Outcome = OutcomeSucceeded
 	default:
@@ -276,16 +444,30 @@ func (r *run) report(e *execution, j runledger.Job, refused error) {
 	r.finish(e, f)
 }
 
-// finish forgets the attempt and tells OnFinished.
+// finish forgets the attempt, frees its hold on the handler slot and
+// tells OnFinished.
 func (r *run) finish(e *execution, f Finished) {
 	r.forget(e.job.ID)
+	r.release(e)
 	if f.Outcome == OutcomeLost {
 		r.log.Warn("runledger worker: lost the lease of a job; nothing was written for its attempt",
-			"worker_id", r.cfg.WorkerID, "job_id", e.job.ID, "job_type", e.job.JobType, "attempt", e.job.Attempt)
+			"worker", r.fp, "job_id", e.job.ID, "job_type", e.job.JobType, "attempt", e.job.Attempt)
 	}
 	if r.cfg.OnFinished != nil {
-		r.cfg.OnFinished(f)
+		r.hook("OnFinished", func() { r.cfg.OnFinished(f) })
 	}
+}
+
+// hook runs a Config hook, recovering and logging its panic: a hook's bug
+// never stops the worker (its other attempts would stay LEASED).
+func (r *run) hook(name string, call func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("runledger worker: a hook panicked; the worker goes on", "worker", r.fp, "hook", name,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	call()
 }
 
 // leaseEnd is the worker's estimate of when the attempt's lease ends.

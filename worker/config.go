@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runledger-go/runledger/health"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -29,14 +30,20 @@ const maxClaim = jobs.MaxLimit
 
 // Config configures a Worker. Every zero field takes its default.
 type Config struct {
-	// WorkerID names this worker in the leases it takes. It is the secret
-	// part of a lease (whoever presents a lease can finish its job): the
-	// default is "rlw-" and 32 random hex digits, which nobody can guess.
-	// Two workers must never share one.
+	// WorkerID names this worker in the leases it takes (default "rlw-"
+	// and 32 random hex digits). Two workers must never share one: the id
+	// fences the worker's writes, so that a worker finishes only the
+	// attempts it leased. It is not a secret: whoever can read a running
+	// job's worker id through the library (the job's record and events
+	// show it) can finish its lease; the authority is database access, not
+	// the id. Log records name it by its Fingerprint. New refuses an id
+	// that is blank, holds a NUL byte or invalid UTF-8, or is over 255
+	// bytes: every claim would be refused.
 	WorkerID string
-	// Concurrency is the most handlers running at once (default
-	// DefaultConcurrency). The worker claims only as many jobs as it has
-	// free handlers.
+	// Concurrency is the most attempts the worker holds at once (default
+	// DefaultConcurrency): claimed, running, or finished with the outcome
+	// not yet committed. The worker claims only as many jobs as it has free
+	// slots, and a slot is freed once the attempt's outcome is committed.
 	Concurrency int
 	// Lease is the lease each claim and heartbeat asks for (default
 	// DefaultLease, at most jobs.MaxLease). A crashed worker's jobs are
@@ -63,7 +70,8 @@ type Config struct {
 	RecoveryInterval time.Duration
 	// Retention, when positive, turns on the scheduled prune: every
 	// RetentionInterval (and at start) the worker deletes the jobs that
-	// finished more than Retention ago, with health.Prune over every
+	// finished more than Retention before the database clock's now (the
+	// process's clock plays no part), with health.Prune over every
 	// tenant (lineage families kept whole, workflow-owned jobs kept). One
 	// prune runs at a time across all workers and processes
 	// (health.TryPrune); it uses a second connection of the pool beside
@@ -91,6 +99,35 @@ type Config struct {
 	OnFinished func(Finished)
 }
 
+// maxWorkerID bounds Config.WorkerID, in bytes.
+const maxWorkerID = 255
+
+// minConns is the fewest pool connections the worker can run with: one
+// for every database call it must be able to make while another holds a
+// connection for good (LISTEN; the scheduled prune's lock).
+func (c Config) minConns() int {
+	n := 1
+	if !c.DisableListen {
+		n++
+	}
+	if c.Retention > 0 {
+		n++
+	}
+	return n
+}
+
+// minConnsWhy says what minConns counts.
+func (c Config) minConnsWhy() string {
+	why := "one for claims and writes"
+	if !c.DisableListen {
+		why += ", one held by LISTEN"
+	}
+	if c.Retention > 0 {
+		why += ", one held by the scheduled prune's lock"
+	}
+	return why
+}
+
 // errConfig is the class of a Config that New refuses.
 var errConfig = errors.New("worker: invalid config")
 
@@ -103,6 +140,14 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("worker: generate a worker id: %w", err)
 		}
 		c.WorkerID = "rlw-" + hex.EncodeToString(b[:])
+	}
+	switch validate.Text(c.WorkerID, maxWorkerID) {
+	case validate.Blank:
+		return c, fmt.Errorf("%w: WorkerID is blank", errConfig)
+	case validate.Unclean:
+		return c, fmt.Errorf("%w: WorkerID holds a NUL byte or invalid UTF-8", errConfig)
+	case validate.TooLong:
+		return c, fmt.Errorf("%w: WorkerID is %d bytes, over %d", errConfig, len(c.WorkerID), maxWorkerID)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency

@@ -63,16 +63,20 @@ func (e *retryAfterError) Unwrap() error { return e.err }
 // ErrorCoder is implemented by handler errors that name their error code;
 // the code is stored as the job's last_error_code and in the failure
 // event. Without one the code is worker.handler_failed (a *runledger.Error
-// gives its own Code).
+// gives its own Code). A code the database cannot store (a NUL byte,
+// invalid UTF-8, over 255 bytes) fails the attempt terminally as
+// worker.output_invalid instead.
 type ErrorCoder interface {
 	ErrorCode() string
 }
 
 // The error codes the worker records for failures it classifies itself.
 const (
-	CodeHandlerFailed  = "worker.handler_failed"
-	CodePanicked       = "worker.panicked"
-	CodeTimeout        = "worker.timeout"
+	CodeHandlerFailed = "worker.handler_failed"
+	CodePanicked      = "worker.panicked"
+	CodeTimeout       = "worker.timeout"
+	// CodeShutdown is never recorded: an attempt the shutdown cancels is
+	// handed back without spending it (OutcomeHandedBack), not failed.
 	CodeShutdown       = "worker.shutdown"
 	CodePayloadInvalid = "worker.payload_invalid"
 	CodeOutputInvalid  = "worker.output_invalid"
@@ -80,6 +84,11 @@ const (
 
 // maxErrorMessage bounds the error message stored for a failure.
 const maxErrorMessage = 4096
+
+// maxErrorCode bounds the error code stored for a failure: the code is a
+// key of an index, whose entries the server bounds. A longer code fails
+// the attempt as CodeOutputInvalid.
+const maxErrorCode = 255
 
 // errorCode returns the code a handler's error names.
 func errorCode(err error) string {

@@ -22,8 +22,8 @@ func executionOf(ctx context.Context) *execution {
 
 // SetProgress records the running job's progress (done of total; both
 // non-negative, done at most total). It is written with the next heartbeat,
-// which writes one PROGRESS event when it changed, and with the job's
-// completion. It fails outside a handler's context.
+// which writes one PROGRESS event when it changed, and with the attempt's
+// completion or failure. It fails outside a handler's context.
 func SetProgress(ctx context.Context, done, total int64) error {
 	e := executionOf(ctx)
 	if e == nil {
@@ -42,7 +42,7 @@ func SetProgress(ctx context.Context, done, total int64) error {
 
 // SetCheckpoint records v (encoded as JSON, at most
 // jobs.DefaultMaxJSONBytes) as the running job's checkpoint, written with
-// the next heartbeat. A later attempt of the same run finds it in
+// the next heartbeat, or with the attempt's failure when it fails first. A later attempt of the same run finds it in
 // Job.Record.Checkpoint and can resume from it. It fails outside a
 // handler's context, and for a value that does not encode or is too large.
 func SetCheckpoint(ctx context.Context, v any) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,9 @@ type run struct {
 	log      *slog.Logger
 	handlers map[string]handler
 	types    []string
+	// fp is the worker id's fingerprint, what log records name: the id
+	// itself fences the worker's writes and is kept out of logs.
+	fp string
 
 	// db is the context of database work: it outlives Run's context, so
 	// that outcomes and hand-backs are committed while shutting down, and
@@ -89,9 +93,16 @@ type execution struct {
 	scope runledger.Scope
 	start time.Time
 
+	// ctx and cancel are the handler's context and its cancel, set before
+	// the handler's goroutine starts (the heartbeat reads cancel).
+	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	lost    atomic.Bool
 	settled atomic.Bool // its outcome was handed to the committer
+	// holds counts what keeps the attempt's handler slot taken: its
+	// handler until it returns, and its outcome until it is committed (or
+	// known lost). The slot is freed when both are done.
+	holds atomic.Int32
 
 	mu            sync.Mutex
 	progressDone  *int64
@@ -100,17 +111,24 @@ type execution struct {
 	dirty         bool
 	version       int
 	leaseUntil    time.Time
+	settledAt     time.Time
 
-	// The outcome, set by whoever settled it.
+	// The outcome, set by whoever settled it: output on success, failure
+	// on a failed attempt, handBack for an attempt the shutdown canceled
+	// (released without spending it).
 	output   json.RawMessage
 	failure  *jobs.FailRequest
+	handBack bool
 	err      error
 	duration time.Duration
+	// rewritten is set once a failure the database refused was cleaned and
+	// sent again: a second refusal gives the attempt up.
+	rewritten bool
 }
 
 func newRun(w *Worker, handlers map[string]handler, types []string) *run {
 	r := &run{
-		pool: w.pool, cfg: w.cfg, log: w.cfg.Logger, handlers: handlers, types: types,
+		pool: w.pool, cfg: w.cfg, log: w.cfg.Logger, handlers: handlers, types: types, fp: Fingerprint(w.cfg.WorkerID),
 		wake: make(chan struct{}, 1), freed: make(chan struct{}, 1),
 		active: map[uuid.UUID]*execution{}, free: w.cfg.Concurrency,
 		outcomes: make(chan *execution, w.cfg.Concurrency+maxClaim),
@@ -133,7 +151,7 @@ func (r *run) run(ctx context.Context) error {
 	r.handlerBase, r.cancelHandlers = context.WithCancelCause(r.db)
 	defer r.cancelHandlers(errShutdown)
 	defer close(r.stopped)
-	r.log.Info("runledger worker started", "worker_id", r.cfg.WorkerID, "types", r.types, "concurrency", r.cfg.Concurrency)
+	r.log.Info("runledger worker started", "worker", r.fp, "types", r.types, "concurrency", r.cfg.Concurrency)
 
 	var bg sync.WaitGroup
 	beatStop := make(chan struct{})
@@ -163,21 +181,21 @@ func (r *run) run(ctx context.Context) error {
 	hardStop := time.AfterFunc(r.cfg.ShutdownTimeout+ShutdownGrace, r.cancelDB)
 	defer hardStop.Stop()
 	<-fetched
-	r.log.Info("runledger worker shutting down", "worker_id", r.cfg.WorkerID, "running", r.running())
+	r.log.Info("runledger worker shutting down", "worker", r.fp, "running", r.running())
 	if !waitFor(&r.handlersWG, time.Until(stoppedAt.Add(r.cfg.ShutdownTimeout))) {
 		r.log.Warn("runledger worker: handlers still running after the shutdown timeout; canceling them",
-			"worker_id", r.cfg.WorkerID, "running", r.running())
+			"worker", r.fp, "running", r.running())
 		r.cancelHandlers(errShutdown)
 		if !waitFor(&r.handlersWG, abandonGrace) {
 			r.log.Error("runledger worker: handlers ignored their canceled context; their jobs stay leased until recovery",
-				"worker_id", r.cfg.WorkerID, "running", r.running())
+				"worker", r.fp, "running", r.running())
 		}
 	}
 	close(r.drain)
 	<-committed
 	close(beatStop)
 	bg.Wait()
-	r.log.Info("runledger worker stopped", "worker_id", r.cfg.WorkerID)
+	r.log.Info("runledger worker stopped", "worker", r.fp)
 	return nil
 }
 
@@ -254,13 +272,14 @@ func (r *run) fetch(stop <-chan struct{}) {
 		}
 		// A claim that takes longer than the lease it asks for is useless:
 		// the leases it would take have ended.
-		ctx, cancel := r.bounded(time.Now().Add(r.cfg.Lease))
+		sent := time.Now()
+		ctx, cancel := r.bounded(sent.Add(r.cfg.Lease))
 		claimed, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
 			WorkerID: r.cfg.WorkerID, JobTypes: r.types, Limit: min(free, maxClaim), Lease: r.cfg.Lease,
 		})
 		cancel()
 		if err != nil {
-			r.log.Warn("runledger worker: claim failed; retrying", "worker_id", r.cfg.WorkerID, "err", err)
+			r.log.Warn("runledger worker: claim failed; retrying", "worker", r.fp, "err", err)
 			again = true
 			if !sleep(stop, bo.next()) {
 				return
@@ -281,7 +300,7 @@ func (r *run) fetch(stop <-chan struct{}) {
 				unstarted = append(unstarted, j)
 				continue
 			}
-			r.start(j)
+			r.start(j, sent)
 		}
 		if len(unstarted) > 0 {
 			r.handBack(unstarted)
@@ -309,8 +328,12 @@ func (r *run) waitFree(stop <-chan struct{}) int {
 }
 
 // start runs a claimed job's handler in a goroutine of its own.
-func (r *run) start(j runledger.Job) {
-	e := &execution{job: j, scope: j.Scope(), start: time.Now(), leaseUntil: time.Now().Add(r.cfg.Lease)}
+// sent is when the claim was sent: the lease's end is counted from it with
+// the length the database gave the lease (see leaseEndFrom).
+func (r *run) start(j runledger.Job, sent time.Time) {
+	e := &execution{job: j, scope: j.Scope(), start: time.Now(), leaseUntil: r.leaseEndFrom(sent, j.StartedAt, j.LeaseExpiresAt)}
+	e.holds.Store(2)
+	e.ctx, e.cancel = context.WithCancelCause(r.handlerBase)
 	r.mu.Lock()
 	r.free--
 	r.active[j.ID] = e
@@ -319,39 +342,75 @@ func (r *run) start(j runledger.Job) {
 	go r.execute(e)
 }
 
+// leaseEndFrom is the worker's estimate of when a lease ends: the
+// database's own length of the lease (its lease_expires_at minus the
+// database time it was granted at, both read from the database's clock),
+// counted from sent, the local time the statement was sent (before the
+// database's clock read), less a safety margin. The process's clock is
+// only ever used to measure an interval, never compared with the
+// database's. Without the database's times it is the requested lease.
+func (r *run) leaseEndFrom(sent time.Time, grantedAt, expiresAt *time.Time) time.Time {
+	length := r.cfg.Lease
+	if grantedAt != nil && expiresAt != nil {
+		length = min(length, expiresAt.Sub(*grantedAt))
+	}
+	return sent.Add(length - r.leaseMargin())
+}
+
+// leaseMargin is how long before a lease's estimated end the worker treats
+// it as gone: a tenth of the lease, at most a second.
+func (r *run) leaseMargin() time.Duration { return min(r.cfg.Lease/10, time.Second) }
+
+// release drops one of e's holds on its handler slot, freeing the slot
+// with the last one.
+func (r *run) release(e *execution) {
+	if e.holds.Add(-1) == 0 {
+		r.freeSlot()
+	}
+}
+
 // execute runs one handler and settles its outcome, unless a watchdog
 // settled it first (a handler far past its deadline).
 func (r *run) execute(e *execution) {
 	defer r.handlersWG.Done()
-	defer r.freeSlot()
+	defer r.release(e)
 	timeout := time.Duration(e.job.TimeoutSeconds) * time.Second
-	hctx, cancel := context.WithCancelCause(r.handlerBase)
-	e.cancel = cancel
-	hctx, cancelDeadline := context.WithDeadlineCause(hctx, e.start.Add(timeout), errTimedOut)
+	deadline := e.start.Add(timeout)
+	hctx, cancelDeadline := context.WithDeadlineCause(e.ctx, deadline, errTimedOut)
 	defer cancelDeadline()
-	defer cancel(nil)
+	defer e.cancel(nil)
 	ctx := context.WithValue(hctx, execKey{}, e)
 	watchdog := time.AfterFunc(timeout+abandonGrace, func() {
 		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout,
 			ErrorMessage: fmt.Sprintf("the handler ran past its timeout of %s and did not return", timeout)}, errTimedOut)
 		r.log.Error("runledger worker: a handler did not return after its timeout; its attempt is failed as TIMEOUT",
-			"worker_id", r.cfg.WorkerID, "job_id", e.job.ID, "job_type", e.job.JobType)
+			"worker", r.fp, "job_id", e.job.ID, "job_type", e.job.JobType)
 	})
 	out, panicked, err := r.call(ctx, e)
 	watchdog.Stop()
 	cause := context.Cause(hctx)
+	// A handler that returns at or after its deadline timed out, whatever
+	// it returned: the deadline is part of the attempt's contract.
+	late := errors.Is(cause, errTimedOut) || !time.Now().Before(deadline)
 	switch {
 	case panicked != nil:
 		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailurePanicked, ErrorCode: CodePanicked,
 			ErrorMessage: clip(fmt.Sprintf("panic: %v", panicked))}, fmt.Errorf("worker: handler panicked: %v", panicked))
+	case late && !errors.Is(cause, errShutdown):
+		msg := fmt.Sprintf("the handler returned after its timeout of %s", timeout)
+		herr := errTimedOut
+		if err != nil {
+			msg = fmt.Sprintf("the handler ran past its timeout of %s: %v", timeout, err)
+			herr = err
+		}
+		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout, ErrorMessage: clip(msg)}, herr)
 	case err == nil:
 		r.settle(e, out, nil, nil)
 	case errors.Is(cause, errShutdown):
-		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailureRetryable, ErrorCode: CodeShutdown,
-			ErrorMessage: "the worker shut down while the handler ran", RetryDelay: ptr(time.Duration(0))}, err)
-	case errors.Is(cause, errTimedOut):
-		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout,
-			ErrorMessage: clip(fmt.Sprintf("the handler ran past its timeout of %s: %v", timeout, err))}, err)
+		// Canceled by the shutdown: handed back without spending the
+		// attempt, never failed (a failure on the last attempt would
+		// dead-letter the job).
+		r.settleHandBack(e, err)
 	default:
 		f := &jobs.FailRequest{Kind: runledger.FailureRetryable, ErrorCode: errorCode(err), ErrorMessage: clip(err.Error())}
 		var term *terminalError
@@ -371,7 +430,7 @@ func (r *run) call(ctx context.Context, e *execution) (out json.RawMessage, pani
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
-			r.log.Error("runledger worker: a handler panicked", "worker_id", r.cfg.WorkerID, "job_id", e.job.ID,
+			r.log.Error("runledger worker: a handler panicked", "worker", r.fp, "job_id", e.job.ID,
 				"job_type", e.job.JobType, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
@@ -379,16 +438,82 @@ func (r *run) call(ctx context.Context, e *execution) (out json.RawMessage, pani
 	return out, nil, err
 }
 
-// settle hands an attempt's outcome to the committer, once.
+// settle checks an attempt's outcome against what the database accepts
+// and hands it to the committer, once. An output, error code or message
+// the library would refuse fails the attempt terminally as
+// CodeOutputInvalid instead, saying what was wrong (the refused value is
+// not stored), so that it never reaches a batch write.
 func (r *run) settle(e *execution, output json.RawMessage, failure *jobs.FailRequest, err error) {
 	if !e.settled.CompareAndSwap(false, true) {
 		return
 	}
-	e.output, e.failure, e.err, e.duration = output, failure, err, time.Since(e.start)
+	e.mu.Lock()
+	done, total := e.progressDone, e.progressTotal
+	var checkpoint json.RawMessage
+	if e.dirty {
+		checkpoint = e.checkpoint
+	}
+	e.mu.Unlock()
+	if failure == nil {
+		req := jobs.CompleteRequest{WorkerID: r.cfg.WorkerID, Output: output, ProgressDone: done, ProgressTotal: total}
+		if verr := req.Validate(); verr != nil {
+			output, failure = nil, outputInvalid("the handler's output was refused", verr)
+			err = errors.Join(err, verr)
+		}
+	} else {
+		req := *failure
+		req.WorkerID = r.cfg.WorkerID
+		if verr := req.Validate(); verr != nil {
+			failure = outputInvalid("the handler's error was refused", verr)
+			err = errors.Join(err, verr)
+		} else if len(failure.ErrorCode) > maxErrorCode {
+			failure = outputInvalid("the handler's error was refused",
+				fmt.Errorf("its error code is %d bytes, over the %d the worker stores", len(failure.ErrorCode), maxErrorCode))
+		}
+	}
+	if failure != nil {
+		// The progress and checkpoint reported before the failure are
+		// written with it, so that the retry can resume from them (a
+		// checkpoint a heartbeat already wrote is not sent again). Both
+		// were validated when the handler reported them.
+		f := *failure
+		f.ProgressDone, f.ProgressTotal, f.Checkpoint = done, total, checkpoint
+		failure = &f
+	}
+	r.hand(e, output, failure, false, err)
+}
+
+// settleHandBack hands an attempt the shutdown canceled to the committer,
+// to be released without spending it.
+func (r *run) settleHandBack(e *execution, err error) {
+	if !e.settled.CompareAndSwap(false, true) {
+		return
+	}
+	r.hand(e, nil, nil, true, err)
+}
+
+// hand passes a settled outcome to the committer.
+func (r *run) hand(e *execution, output json.RawMessage, failure *jobs.FailRequest, handBack bool, err error) {
+	e.mu.Lock()
+	e.output, e.failure, e.handBack, e.err, e.duration = output, failure, handBack, err, time.Since(e.start)
+	e.settledAt = time.Now()
+	e.mu.Unlock()
 	select {
 	case r.outcomes <- e:
 	case <-r.stopped:
 	}
+}
+
+// outputInvalid is the terminal failure of an attempt whose outcome the
+// database would refuse; its message says why (the library's validation
+// detail, which never quotes the value).
+func outputInvalid(what string, why error) *jobs.FailRequest {
+	msg := why.Error()
+	var re *runledger.Error
+	if errors.As(why, &re) && re.Detail != "" {
+		msg = string(re.Code) + ": " + re.Detail
+	}
+	return &jobs.FailRequest{Kind: runledger.FailureTerminal, ErrorCode: CodeOutputInvalid, ErrorMessage: clip(what + ": " + msg)}
 }
 
 // freeSlot returns a handler slot.
@@ -412,6 +537,7 @@ func (r *run) forget(id uuid.UUID) {
 // handBack releases jobs claimed but not started, without spending their
 // attempt.
 func (r *run) handBack(js []runledger.Job) {
+	slices.SortFunc(js, compareLease)
 	reqs := make([]jobs.ReleaseRequest, len(js))
 	for i, j := range js {
 		s := j.Scope()
@@ -432,7 +558,7 @@ func (r *run) handBack(js []runledger.Job) {
 			// be another's by now); an unreleased job is recovered when its
 			// lease expires.
 			r.log.Warn("runledger worker: handing back unstarted jobs failed; they are recovered when their leases expire",
-				"worker_id", r.cfg.WorkerID, "jobs", len(reqs), "err", err)
+				"worker", r.fp, "jobs", len(reqs), "err", err)
 			return
 		}
 		if !sleep(r.db.Done(), bo.next()) {

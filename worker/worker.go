@@ -6,15 +6,21 @@
 //
 // # What a Worker does
 //
-//   - Claims only as many jobs as it has free handlers (Config.Concurrency),
-//     up to 1,000 per statement, when a committed enqueue or replay of a due
+//   - Claims only as many jobs as it has free handler slots
+//     (Config.Concurrency). A slot is taken from the claim until the
+//     attempt's outcome is committed (or known lost), not only while the
+//     handler runs: the leases a worker holds (claimed, running, finished
+//     but not yet committed) never exceed Concurrency, and a worker whose
+//     outcomes back up stops claiming. It claims up to 1,000 per
+//     statement, when a committed enqueue or replay of a due
 //     job notifies (LISTEN/NOTIFY, heard within milliseconds), again at
 //     once after every claim that found work, and at least every
 //     Config.PollInterval (jobs that became due without a notification).
 //   - Runs each job's handler with the job's timeout as its context's
 //     deadline. A returned error fails the attempt (retryable unless
 //     Terminal; RetryAfter sets the delay), a panic fails it as PANICKED
-//     (dead-lettered), a handler past its deadline as TIMEOUT (retryable),
+//     (dead-lettered), a handler past its deadline as TIMEOUT (retryable,
+//     also when it returns success after the deadline),
 //     success completes it with the handler's output.
 //   - Renews every lease it holds with one statement per
 //     Config.HeartbeatInterval, carrying the progress and checkpoints
@@ -26,6 +32,27 @@
 //     completions and failures are fenced on the lease, so a worker that
 //     lost its lease never finishes an attempt another worker now holds.
 //     Config.OnFinished hears each outcome after its commit.
+//   - Sends every multi-row write (heartbeat rounds, completions,
+//     failures, hand-backs) sorted by tenant, then job id, the order in
+//     which the statements lock their rows, so that its own statements
+//     never deadlock with each other (nor with other workers'). On Citus
+//     each tenant's rows are on one shard and the tenant groups go in the
+//     same order, so the order holds there too.
+//   - Checks each outcome when its handler returns with the library's
+//     request validation: an output, error code or message the database
+//     would refuse fails the attempt terminally as CodeOutputInvalid. A
+//     batch the database refuses anyway is split, down to single entries,
+//     so every other outcome in it is written; a completion refused alone
+//     is failed as CodeOutputInvalid, a failure refused alone is written
+//     once more cleaned, then given up. Nothing is retried forever: the
+//     lease of an outcome still unwritten one lease length after its
+//     handler returned is no longer renewed, so a recovery takes it back.
+//   - Decides about leases on the database clock: the lease end it
+//     tracks is the length the database gave the lease (lease_expires_at
+//     less the database time of the claim or heartbeat) counted from when
+//     the statement was sent, less a margin (a tenth of the lease, at
+//     most a second); the process's clock is never compared with the
+//     database's. The scheduled prune's cutoff is the database clock's.
 //   - Recovers expired leases of crashed workers every
 //     Config.RecoveryInterval (one recovery at a time across processes).
 //   - With a Config.Retention, prunes the jobs that finished longer ago
@@ -35,10 +62,12 @@
 // # Shutdown
 //
 // When Run's context ends the worker stops claiming; running handlers get
-// Config.ShutdownTimeout to finish, then their contexts are canceled (an
-// attempt canceled so fails as retryable, due again at once); jobs claimed
-// but not started are handed back without spending their attempt; every
-// outcome is committed; then Run returns. A clean shutdown leaves none of
+// Config.ShutdownTimeout to finish, then their contexts are canceled; an
+// attempt canceled so, and jobs claimed but not started, are handed back
+// without spending their attempt (jobs.Release: PENDING at the attempt
+// before, due as they were; never a failure, so a shutdown never
+// dead-letters a job on its last attempt); every outcome is committed;
+// then Run returns. A clean shutdown leaves none of
 // its jobs LEASED. A handler that ignores its canceled context keeps its
 // job leased until the lease expires and a recovery takes it back.
 //
@@ -51,11 +80,27 @@
 //
 // A Worker holds one connection of its pool for LISTEN (unless
 // Config.DisableListen) and uses up to five more at once (claim, outcomes,
-// heartbeats, recovery, hand-back): give its pool at least six.
+// heartbeats, recovery, hand-back): give its pool at least six. New
+// refuses a pool that cannot run the worker at all: fewer than two
+// connections (one with DisableListen), one more with a Retention (the
+// scheduled prune holds its lock on one connection and prunes on another).
+//
+// # Who can finish a lease
+//
+// The worker id fences the worker's writes: a completion, failure or
+// heartbeat names the job's lease (job, run, attempt, worker id) and the
+// database refuses it once the lease is not that. The id is not a secret,
+// though: it is stored on the running job, and whoever can read a running
+// job through the library (its record, its LEASED, PROGRESS and SUCCEEDED
+// events, runledger jobs show) can read it, and so can finish the lease.
+// The authority to finish a job is access to the database, not the id.
+// The worker's own log records name it only by its Fingerprint.
 package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -87,11 +132,25 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := pool.Config().MaxConns; n < 6 {
+	n := pool.Config().MaxConns
+	if need := c.minConns(); n < int32(need) {
+		return nil, fmt.Errorf("%w: the pool allows %d connections, and the worker needs at least %d at once (%s)",
+			errConfig, n, need, c.minConnsWhy())
+	}
+	if n < 6 {
 		c.Logger.Warn("runledger worker: the pool allows fewer connections than a worker uses at once; claims and commits will wait for each other",
-			"max_conns", n, "worker_id", c.WorkerID)
+			"max_conns", n, "worker", Fingerprint(c.WorkerID))
 	}
 	return &Worker{pool: pool, cfg: c, handlers: map[string]handler{}}, nil
+}
+
+// Fingerprint is the short form of a worker id that the worker's log
+// records carry (the first 8 hex digits of its SHA-256): enough to tell
+// workers apart and to match a worker's logs to its Worker.ID, without
+// writing the id itself into logs.
+func Fingerprint(workerID string) string {
+	sum := sha256.Sum256([]byte(workerID))
+	return hex.EncodeToString(sum[:4])
 }
 
 // ID is the worker id this worker leases jobs under.

@@ -340,12 +340,16 @@ func TestWorkerStopsAJobWhoseHeartbeatIsRefused(t *testing.T) {
 // On shutdown the worker stops claiming, lets running handlers finish,
 // hands back jobs it claimed but had not started without spending their
 // attempt, and leaves nothing LEASED; a handler still running at the
-// shutdown timeout is canceled and its job is due again at once.
+// shutdown timeout is canceled and its attempt is handed back without
+// spending it (never failed: on its last attempt that would dead-letter
+// the job), due again at once.
 func TestWorkerShutsDownGracefully(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, worker.Config{ShutdownTimeout: 300 * time.Millisecond, PollInterval: time.Hour, DisableListen: true})
 	h.define("quick", 3)
-	h.define("stubborn", 3)
+	// One attempt only: a shutdown that failed the attempt would
+	// dead-letter the job.
+	h.define("stubborn", 1)
 	started := make(chan struct{}, 10)
 	if err := worker.Register(h.w, "quick", func(ctx context.Context, _ worker.Job[json.RawMessage]) (any, error) {
 		started <- struct{}{}
@@ -373,8 +377,21 @@ func TestWorkerShutsDownGracefully(t *testing.T) {
 		t.Fatalf("quick job %s, want it finished during the shutdown", got.Status)
 	}
 	got := h.job(stubborn.ID)
-	if got.Status != runledger.JobStatusPending || got.LastErrorCode == nil || *got.LastErrorCode != worker.CodeShutdown || got.NextRunAt.After(time.Now()) {
-		t.Fatalf("stubborn job %s code %v due %s, want PENDING (worker.shutdown), due now", got.Status, got.LastErrorCode, got.NextRunAt)
+	if got.Status != runledger.JobStatusPending || got.Attempt != 0 || got.LastErrorCode != nil || got.NextRunAt.After(time.Now()) {
+		t.Fatalf("stubborn job %s attempt %d code %v due %s, want PENDING at attempt 0, no failure, due now",
+			got.Status, got.Attempt, got.LastErrorCode, got.NextRunAt)
+	}
+	if types := testdb.EventTypes(t, h.pool, stubborn.ID); len(types) != 3 || types[1] != "LEASED" || types[2] != "STAGE_CHANGED" {
+		t.Fatalf("stubborn job's events %v, want ENQUEUED LEASED STAGE_CHANGED", types)
+	}
+	var handedBack bool
+	for _, f := range h.waitFinished(2) {
+		if f.Job.ID == stubborn.ID {
+			handedBack = f.Outcome == worker.OutcomeHandedBack
+		}
+	}
+	if !handedBack {
+		t.Fatal("the stubborn job's attempt was not reported handed back")
 	}
 	if n := testdb.Scalar[int64](t, h.pool, `SELECT count(*) FROM job_queue WHERE status = 'LEASED'`); n != 0 {
 		t.Fatalf("%d jobs left LEASED", n)

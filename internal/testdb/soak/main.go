@@ -17,7 +17,11 @@
 // server once (-restart-mode, immediate by default: crash recovery from
 // the WAL). Every 10 seconds (-sample) it records the process's resident
 // set size (VmRSS from /proc/self/status) and Go heap, goroutines, and the
-// server's open connections (pg_stat_activity). At the end it checks the
+// server's open connections (pg_stat_activity), the leases the worker
+// runtime holds (never above its -worker-concurrency away from the
+// restart: a worker frees a handler's slot only once its outcome is
+// committed) and the database's deadlock counter
+// (pg_stat_database.deadlocks, reported). At the end it checks the
 // ledger in SQL against what the clients and the worker were told, and
 // prints a report.
 //
@@ -38,6 +42,7 @@
 //
 //	make soak                        # 10 minutes
 //	make soak SOAK_DURATION=1m
+//	make soak SOAK_DURATION=20s SOAK_FLAGS='-sample 2s -window 20s'   # a CI-sized run
 //	go run ./internal/testdb/soak -duration 1m -restart-mode fast
 package main
 

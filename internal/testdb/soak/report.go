@@ -92,6 +92,16 @@ func (r *report) judgeRuntime(st *stats) {
 	if drainErr != nil {
 		r.fail("worker: %v", drainErr)
 	}
+	// Around the restart a claim whose reply was lost leaves leases the
+	// worker never learned of (recovered when they expire): only samples
+	// away from it are held to the bound.
+	for _, s := range r.samples {
+		near := !st.restartBegan.IsZero() && !s.taken.Before(st.restartBegan) &&
+			(st.restartEnded.IsZero() || !s.taken.After(st.restartEnded.Add(r.cfg.window)))
+		if !near && s.workerLeases > int64(r.cfg.workerConcurrency) {
+			r.fail("worker: held %d leases at %s, away from the restart, over its Concurrency %d", s.workerLeases, s.at.Round(time.Second), r.cfg.workerConcurrency)
+		}
+	}
 	if st.restartEnded.IsZero() {
 		return
 	}
@@ -339,8 +349,11 @@ func (r *report) printRuntime(w io.Writer, st *stats) {
 	}
 	fmt.Fprintf(w, "- enqueued by kind: %s\n", formatCounts(rt.enqueued))
 	fmt.Fprintf(w, "- final state by kind: %s\n", r.final.work)
-	fmt.Fprintf(w, "- side effects recorded: %d; jobs that needed more than one attempt: %d; PROGRESS events (long jobs): %d\n\n",
+	fmt.Fprintf(w, "- side effects recorded: %d; jobs that needed more than one attempt: %d; PROGRESS events (long jobs): %d\n",
 		r.final.effects, r.final.workRetried, r.final.workProgress)
+	maxLeases, deadlocks := r.leasesAndDeadlocks()
+	fmt.Fprintf(w, "- leases the worker held at a sample: at most %d (Concurrency %d); deadlocks on the server during the soak (pg_stat_database, every client's included): %d\n\n",
+		maxLeases, r.cfg.workerConcurrency, deadlocks)
 	rt.logs.mu.Lock()
 	defer rt.logs.mu.Unlock()
 	if len(rt.logs.recs) == 0 {
@@ -362,4 +375,27 @@ func (r *report) printRuntime(w io.Writer, st *stats) {
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s |\n", k.msg, k.level, a.count, first, last)
 	}
 	fmt.Fprintf(w, "\nTimes are relative to the restart's beginning; %q is the panic kind's, expected wherever it falls.\n\n", expectedLog)
+}
+
+// leasesAndDeadlocks is the most leases the runtime's worker held at a
+// sample, and how far pg_stat_database.deadlocks moved between the first
+// and the last sample that read it (a restart resets nothing: the counter
+// lives in the stats the server keeps across a fast restart, and an
+// immediate one discards them, then the figure is from after it).
+func (r *report) leasesAndDeadlocks() (maxLeases, deadlocks int64) {
+	first, last := int64(-1), int64(-1)
+	for _, s := range r.samples {
+		maxLeases = max(maxLeases, s.workerLeases)
+		if s.deadlocks < 0 {
+			continue
+		}
+		if first < 0 || s.deadlocks < last {
+			first = s.deadlocks
+		}
+		last = s.deadlocks
+	}
+	if first >= 0 {
+		deadlocks = last - first
+	}
+	return maxLeases, deadlocks
 }

@@ -32,6 +32,7 @@ import (
 
 const (
 	appWorker = "soak-worker"
+	workerID  = "soak-runtime"
 	workType  = "soak.work"
 	// workMaxAttempts leaves room for attempts the restart fails (a side
 	// effect that cannot be written fails its attempt, retried at once).
@@ -104,7 +105,7 @@ func newRuntimeLoad(cfg config, pool, producerPool *pgxpool.Pool, st *stats, ack
 		producer: newClient(cfg.clients, producerPool, st, acks, cfg.lease),
 		rng:      rand.New(rand.NewSource(424242)), enqueued: map[string]int64{}}
 	w, err := worker.New(pool, worker.Config{
-		WorkerID: "soak-runtime", Concurrency: cfg.workerConcurrency, Lease: cfg.workerLease,
+		WorkerID: workerID, Concurrency: cfg.workerConcurrency, Lease: cfg.workerLease,
 		RecoveryInterval: workerRecoveryInterval, Logger: slog.New(rt.logs), OnFinished: rt.finished,
 	})
 	if err != nil {

@@ -166,9 +166,16 @@ type sample struct {
 	pending     int64 // jobs PENDING
 	leased      int64 // jobs LEASED
 	jobs        int64 // every job
-	opsPerSec   float64
-	note        string
-	serverErr   string
+	// workerLeases is the LEASED jobs the runtime's worker holds (claimed,
+	// running, or finished and not yet committed): never above its
+	// Concurrency. deadlocks is pg_stat_database.deadlocks of the
+	// database, a counter since the server started.
+	workerLeases int64
+	deadlocks    int64
+	taken        time.Time
+	opsPerSec    float64
+	note         string
+	serverErr    string
 }
 
 // lastTotal and lastAt remember the previous sample for the rate.
@@ -185,6 +192,7 @@ func takeSample(ctx context.Context, monitor, clients, workers *pgxpool.Pool, st
 	runtime.ReadMemStats(&ms)
 	s := sample{
 		at:         time.Since(start),
+		taken:      time.Now(),
 		rssKB:      vmRSS(),
 		heapInuse:  ms.HeapInuse,
 		goroutines: runtime.NumGoroutine(),
@@ -211,8 +219,14 @@ func takeSample(ctx context.Context, monitor, clients, workers *pgxpool.Pool, st
 			SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'LEASED'), count(*)
 			FROM job_queue`).Scan(&s.pending, &s.leased, &s.jobs)
 	}
+	if err == nil {
+		err = monitor.QueryRow(qctx, `
+			SELECT (SELECT count(*) FROM job_queue WHERE status = 'LEASED' AND worker_id = $1),
+			       (SELECT deadlocks FROM pg_stat_database WHERE datname = current_database())`, workerID).Scan(&s.workerLeases, &s.deadlocks)
+	}
 	if err != nil {
 		s.serverConns, s.workerConns, s.allClients, s.pending, s.leased, s.jobs = -1, -1, -1, -1, -1, -1
+		s.workerLeases, s.deadlocks = -1, -1
 		s.serverErr = cause(err)
 	}
 	return s
