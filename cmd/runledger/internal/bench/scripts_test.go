@@ -27,7 +27,7 @@ func pipelinedPaths() []scriptPath {
 		return map[string]string{
 			"SourceJobID": id, "ID": id, "SourceRunNumber": run, "ExpectedRunNumber": run,
 			"ReplayRequestKey": key, "OrganizationID": ":org", "Reason": reason,
-			"ReplayJobID": "runledger_bench_new_id()", "Notify": "false",
+			"ReplayJobID": "runledger_bench_new_id()", "Notify": "false", "Operator": "NULL",
 		}
 	}
 	return []scriptPath{

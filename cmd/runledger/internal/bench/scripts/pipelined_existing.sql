@@ -128,7 +128,8 @@ event AS (
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', :seed::text,
-               'reason', :seed::text))
+               'reason', :seed::text,
+               'operator', NULL::text))
     FROM inserted CROSS JOIN source
     RETURNING id
 ),

@@ -129,7 +129,8 @@ event AS (
                'replayed_from_job_id', source.id,
                'replayed_from_run_number', source.run_number,
                'replay_request_key', :k::text,
-               'reason', :reason::text))
+               'reason', :reason::text,
+               'operator', NULL::text))
     FROM inserted CROSS JOIN source
     RETURNING id
 ),
