@@ -40,9 +40,12 @@
 // id, as Claim returned them) and take an optional scope. Without one (a
 // nil Scope) whoever presents a job's current lease can finish it,
 // whatever its tenant, and a refusal says only whether the job id exists.
-// The worker id is the secret part of a lease (runs and attempts are small
-// numbers; a job's tenant sees its worker id in scoped reads): use ids
-// that cannot be guessed. With a scope, a job outside it is
+// The worker id is not an authority: every reader of a running job sees
+// it (the record, its LEASED and PROGRESS events, jobs show), so whoever
+// can read a running job's worker id through the library can finish its
+// lease. The authority is access to the database, not the id; an
+// unguessable id only keeps two workers from taking each other's leases
+// by mistake. With a scope, a job outside it is
 // runledger.CodeJobNotFound, and a mismatch names the job's status, run
 // and attempt. No error ever names the worker holding a job.
 //
