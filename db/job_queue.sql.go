@@ -760,16 +760,20 @@ type JobCompleteManyRow struct {
 // over several tenants is one statement per tenant, each routed to its
 // tenant's shard on Citus.
 //
-// Lock order: each of these statements first locks the leases it may
-// change in id order (its locked CTE: a Sort under the LockRows, so the
-// rows are locked as they leave the sort) and only then writes them, and
-// the library sends a batch's tenants in tenant order, all in one
-// transaction. So every multi-row write a worker sends takes its row locks
-// in (organization_id, id) order, and two of them (a heartbeat round
-// beside a completion batch of the same worker) can wait for each other
-// but never in a cycle. On Citus the same holds shard by shard: each
-// statement is routed to its tenant's shard whole. The claim and the
-// lease recovery lock with SKIP LOCKED and never wait for a job's row.
+// Lock order: JobCompleteMany, JobFailMany and JobHeartbeatMany first
+// lock the leases they may change in id order (their locked CTE: a Sort
+// under the LockRows, so the rows are locked as they leave the sort) and
+// only then write them, and the library sends a batch's tenants in tenant
+// order, all in one transaction. So those writes take their row locks in
+// (organization_id, id) order, and two of them (a heartbeat round beside
+// a completion batch of the same worker) can wait for each other but
+// never in a cycle. The Routed forms Citus runs, and JobReleaseMany, keep
+// the plain join: on Citus a second CTE over the input is planned in
+// steps (its now() then taken on the worker node, and the one-server
+// release's intermediate results refused), so there the order rests on
+// the worker sending every batch sorted by (tenant, id), which the join
+// on the sorted input array follows. The claim and the lease recovery
+// lock with SKIP LOCKED and never wait for a job's row.
 // JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
 // stores NULL), the final progress where given (-1: keep the stored
 // value), finished_at, the lease cleared, and one SUCCEEDED event each.
@@ -845,18 +849,6 @@ WITH input AS (
            NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
     FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $8
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 completed AS (
     UPDATE job_queue jq
     SET status = 'SUCCEEDED',
@@ -866,10 +858,9 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, locked, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
     WHERE jq.organization_id = $8
       AND jq.id = input.id
-      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -1562,18 +1553,6 @@ WITH input AS (
     FROM unnest($12::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $13
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 failed AS (
     UPDATE job_queue jq
     SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
@@ -1591,10 +1570,9 @@ failed AS (
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
-    FROM input, locked
+    FROM input
     WHERE jq.organization_id = $13
       AND jq.id = input.id
-      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -2023,18 +2001,6 @@ WITH input AS (
     FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $9
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 beat AS (
     UPDATE job_queue jq
     SET lease_expires_at = input.lease_until,
@@ -2043,7 +2009,7 @@ beat AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN locked before ON before.id = input.id
+    JOIN job_queue before ON before.organization_id = $9 AND before.id = input.id
     WHERE jq.organization_id = $9
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -3171,18 +3137,6 @@ WITH input AS (
            ($3::text[])[i.ord] AS worker_id
     FROM unnest($4::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $5
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 clock AS (
     SELECT clock_timestamp() AS at
 ),
@@ -3195,10 +3149,9 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input, clock, locked
+    FROM input, clock
     WHERE jq.organization_id = $5
       AND jq.id = input.id
-      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id

@@ -411,16 +411,20 @@ FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 -- over several tenants is one statement per tenant, each routed to its
 -- tenant's shard on Citus.
 --
--- Lock order: each of these statements first locks the leases it may
--- change in id order (its locked CTE: a Sort under the LockRows, so the
--- rows are locked as they leave the sort) and only then writes them, and
--- the library sends a batch's tenants in tenant order, all in one
--- transaction. So every multi-row write a worker sends takes its row locks
--- in (organization_id, id) order, and two of them (a heartbeat round
--- beside a completion batch of the same worker) can wait for each other
--- but never in a cycle. On Citus the same holds shard by shard: each
--- statement is routed to its tenant's shard whole. The claim and the
--- lease recovery lock with SKIP LOCKED and never wait for a job's row.
+-- Lock order: JobCompleteMany, JobFailMany and JobHeartbeatMany first
+-- lock the leases they may change in id order (their locked CTE: a Sort
+-- under the LockRows, so the rows are locked as they leave the sort) and
+-- only then write them, and the library sends a batch's tenants in tenant
+-- order, all in one transaction. So those writes take their row locks in
+-- (organization_id, id) order, and two of them (a heartbeat round beside
+-- a completion batch of the same worker) can wait for each other but
+-- never in a cycle. The Routed forms Citus runs, and JobReleaseMany, keep
+-- the plain join: on Citus a second CTE over the input is planned in
+-- steps (its now() then taken on the worker node, and the one-server
+-- release's intermediate results refused), so there the order rests on
+-- the worker sending every batch sorted by (tenant, id), which the join
+-- on the sorted input array follows. The claim and the lease recovery
+-- lock with SKIP LOCKED and never wait for a job's row.
 
 -- JobCompleteMany marks leased jobs SUCCEEDED: the output (a NULL element
 -- stores NULL), the final progress where given (-1: keep the stored
@@ -504,18 +508,6 @@ WITH input AS (
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 completed AS (
     UPDATE job_queue jq
     SET status = 'SUCCEEDED',
@@ -525,10 +517,9 @@ completed AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, locked, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
+    FROM input, (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
-      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -666,18 +657,6 @@ WITH input AS (
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 failed AS (
     UPDATE job_queue jq
     SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
@@ -695,10 +674,9 @@ failed AS (
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
-    FROM input, locked
+    FROM input
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
-      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
@@ -822,18 +800,6 @@ WITH input AS (
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
     CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 beat AS (
     UPDATE job_queue jq
     SET lease_expires_at = input.lease_until,
@@ -842,7 +808,7 @@ beat AS (
         progress_total = COALESCE(input.progress_total, jq.progress_total),
         checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
     FROM input
-    JOIN locked before ON before.id = input.id
+    JOIN job_queue before ON before.organization_id = @organization_id AND before.id = input.id
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
       AND jq.run_number = input.run_number
@@ -885,18 +851,6 @@ WITH input AS (
            (@worker_ids::text[])[i.ord] AS worker_id
     FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
 ),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
-),
 clock AS (
     SELECT clock_timestamp() AS at
 ),
@@ -909,10 +863,9 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input, clock, locked
+    FROM input, clock
     WHERE jq.organization_id = @organization_id
       AND jq.id = input.id
-      AND jq.id = locked.id
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
