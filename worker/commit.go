@@ -265,15 +265,19 @@ func (r *run) write(es []*execution, op batchOp, alone func(*execution, error), 
 				es = r.resolve(es)
 			}
 		}
-		var left []*execution
+		var left, late []*execution
 		for _, e := range es {
-			if e.lost.Load() || time.Now().After(e.leaseEnd()) {
+			switch {
+			case !e.lost.Load() && time.Now().After(e.leaseEnd()) && unsure[e]:
+				late = append(late, e)
+			case e.lost.Load() || time.Now().After(e.leaseEnd()):
 				e.lost.Store(true)
 				r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errLeaseLost, Duration: e.duration})
-				continue
+			default:
+				left = append(left, e)
 			}
-			left = append(left, e)
 		}
+		r.resolveLate(late)
 		es = left
 		if len(es) > 0 && (r.db.Err() != nil || !sleep(r.db.Done(), bo.next())) {
 			r.giveUp(es)
@@ -367,6 +371,45 @@ func lastLeaseEnd(es []*execution) time.Time {
 		}
 	}
 	return until
+}
+
+// resolveLate settles attempts whose write is unconfirmed and whose lease
+// has run out: the write may have landed, so they are read back (again
+// and again while the database cannot be reached, for at most a lease
+// length, or until the hard stop of a shutdown) before any is reported
+// lost. One that shows its write is reported written; any other is lost,
+// as nothing more may be written for it.
+func (r *run) resolveLate(es []*execution) {
+	if len(es) == 0 {
+		return
+	}
+	var bo backoff
+	until := time.Now().Add(r.cfg.Lease)
+	for {
+		var unread []*execution
+		for _, e := range r.resolve(es) {
+			if time.Now().Before(until) && r.db.Err() == nil {
+				unread = append(unread, e)
+				continue
+			}
+			e.lost.Store(true)
+			r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errLeaseLost, Duration: e.duration})
+		}
+		if len(unread) == 0 {
+			return
+		}
+		// resolve returns what it could not read and what this worker
+		// still holds; past the lease's end the latter cannot be written
+		// any more, so only a later read can tell.
+		es = unread
+		if time.Now().After(until) || r.db.Err() != nil || !sleep(r.db.Done(), bo.next()) {
+			for _, e := range es {
+				e.lost.Store(true)
+				r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errLeaseLost, Duration: e.duration})
+			}
+			return
+		}
+	}
 }
 
 // resolve reads back the jobs of a batch whose commit is unconfirmed:
