@@ -27,17 +27,23 @@ type outcome struct {
 	LinkText string
 }
 
-// actionTarget reads the job id of the path and the run the form carries.
-func actionTarget(r *http.Request) (uuid.UUID, int32, bool) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		return uuid.Nil, 0, false
+// actionTarget reads what every single-job action starts from: the job
+// id of the path, the run the form carries (what the page showed) and the
+// job's scope. When it cannot (an incomplete form: 400; a job outside the
+// console's reach: its error page) it has answered, and ok is false.
+func (c *console) actionTarget(w http.ResponseWriter, r *http.Request) (id uuid.UUID, run int32, scope runledger.Scope, ok bool) {
+	id, idErr := uuid.Parse(r.PathValue("id"))
+	run64, runErr := strconv.ParseInt(r.PostFormValue("run"), 10, 32)
+	if idErr != nil || runErr != nil {
+		c.render(w, r, http.StatusBadRequest, "error", "The form is incomplete: reload the job page.")
+		return uuid.Nil, 0, scope, false
 	}
-	run, err := strconv.ParseInt(r.PostFormValue("run"), 10, 32)
+	scope, err := c.scopeOf(r.Context(), id)
 	if err != nil {
-		return uuid.Nil, 0, false
+		c.fail(w, r, err)
+		return uuid.Nil, 0, scope, false
 	}
-	return id, int32(run), true
+	return id, int32(run64), scope, true
 }
 
 // answer shows the job page as it is now with the action's outcome.
@@ -70,14 +76,8 @@ func mismatch(actual runledger.Job) outcome {
 // replayAction replays the job if it is still SUCCEEDED at the run the
 // page showed, under the form's key and reason.
 func (c *console) replayAction(w http.ResponseWriter, r *http.Request) {
-	id, run, ok := actionTarget(r)
+	id, run, scope, ok := c.actionTarget(w, r)
 	if !ok {
-		c.render(w, r, http.StatusBadRequest, "error", "The form is incomplete: reload the job page.")
-		return
-	}
-	scope, err := c.scopeOf(r.Context(), id)
-	if err != nil {
-		c.fail(w, r, err)
 		return
 	}
 	out, err := replay.SucceededJob(r.Context(), c.pool, replay.Request{
@@ -106,14 +106,8 @@ func (c *console) replayAction(w http.ResponseWriter, r *http.Request) {
 // requeueAction requeues the job if it is still in the status and run the
 // page showed.
 func (c *console) requeueAction(w http.ResponseWriter, r *http.Request) {
-	id, run, ok := actionTarget(r)
+	id, run, scope, ok := c.actionTarget(w, r)
 	if !ok {
-		c.render(w, r, http.StatusBadRequest, "error", "The form is incomplete: reload the job page.")
-		return
-	}
-	scope, err := c.scopeOf(r.Context(), id)
-	if err != nil {
-		c.fail(w, r, err)
 		return
 	}
 	policy := requeue.PreserveProgress
@@ -149,14 +143,8 @@ func (c *console) requeueAction(w http.ResponseWriter, r *http.Request) {
 // cancelAction cancels the job if it is still in the status and run the
 // page showed and has not finished.
 func (c *console) cancelAction(w http.ResponseWriter, r *http.Request) {
-	id, run, ok := actionTarget(r)
+	id, run, scope, ok := c.actionTarget(w, r)
 	if !ok {
-		c.render(w, r, http.StatusBadRequest, "error", "The form is incomplete: reload the job page.")
-		return
-	}
-	scope, err := c.scopeOf(r.Context(), id)
-	if err != nil {
-		c.fail(w, r, err)
 		return
 	}
 	// The library's cancel compares the status (unfinished) itself; the
