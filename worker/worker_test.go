@@ -411,8 +411,13 @@ func TestWorkerShutsDownGracefully(t *testing.T) {
 	}
 	a, b := h2.enqueue("quick", `{}`), h2.enqueue("quick", `{}`)
 	ctx, cancel := context.WithCancel(h2.ctx)
-	defer failpoint.EnableFor(worker.FailpointAfterClaim, func(context.Context, any) { cancel() },
-		func(context.Context) bool { return true })()
+	// Failpoints are process-wide and other tests' workers claim in
+	// parallel: only this worker's claim ends its context.
+	defer failpoint.EnableFor(worker.FailpointAfterClaim, func(_ context.Context, workerID any) {
+		if workerID == h2.w.ID() {
+			cancel()
+		}
+	}, nil)()
 	if err := h2.w.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
