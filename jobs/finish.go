@@ -151,9 +151,12 @@ func completeMany(ctx context.Context, s *txn.Session, reqs []CompleteRequest) (
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return p
 	}
-	// Citus's form once the process knows the database runs Citus (a
-	// claim asks); the one-server statement is correct there too, in steps.
-	dist, _ := s.KnownDistributed()
+	// Citus needs its own form: the one-server statement locks its rows in
+	// a CTE, which Citus cannot run in one step. Asked once per process.
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var rs []db.JobCompleteManyRow
 	if dist {
 		// On Citus the completion and its events are two statements, each
@@ -380,9 +383,12 @@ func failMany(ctx context.Context, s *txn.Session, reqs []FailRequest) ([]Result
 		p.Ids, p.RunNumbers, p.Attempts, p.WorkerIds = a.ids, a.runs, a.attempts, a.workerIDs
 		return p
 	}
-	// Citus's form once the process knows the database runs Citus (a
-	// claim asks); the one-server statement is correct there too, in steps.
-	dist, _ := s.KnownDistributed()
+	// Citus needs its own form: the one-server statement locks its rows in
+	// a CTE, which Citus cannot run in one step. Asked once per process.
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var rs []db.JobFailManyRow
 	if dist {
 		// On Citus the failure and its events are two statements, each run

@@ -21,6 +21,7 @@ import (
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
+	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -83,6 +84,25 @@ func (e *env) proxied(observe func(pgproxy.Message)) (*pgproxy.Proxy, *pgxpool.P
 	e.t.Cleanup(proxy.Close)
 	app := "rl-target-" + testdb.RandomHex(4)
 	return proxy, openPool(e.t, proxy.ConnString(e.url), app, 1, nil), app
+}
+
+// armLostWorkerWrite arms proxy to swallow the reply that tells a
+// worker's write (complete, fail) through pool it committed: the write's
+// own reply on one server, where it is one autocommit statement, and its
+// COMMIT's on Citus, where the write and its events are one transaction.
+// It first has pool learn whether the database runs Citus (a lease
+// recovery with nothing to recover asks), so that question's reply is
+// never the one lost.
+func armLostWorkerWrite(t *testing.T, ctx context.Context, proxy *pgproxy.Proxy, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := jobs.RecoverExpiredLeases(ctx, pool, 1); err != nil {
+		t.Fatalf("learn whether the database runs Citus: %v", err)
+	}
+	if testdb.Citus() {
+		proxy.DropReply("COMMIT")
+		return
+	}
+	proxy.DropReply("SELECT")
 }
 
 // rowsJSON returns every row of a table as JSON text, ordered, so two

@@ -411,7 +411,7 @@ func TestCompleteKilled(t *testing.T) {
 			var err error
 			if c.lostReply {
 				proxy, pool, _ := e.proxied(nil)
-				proxy.DropReply("SELECT")
+				armLostWorkerWrite(t, ctx, proxy, pool)
 				_, err = jobs.Complete(ctx, pool, cr)
 				if proxy.Dropped() != 1 {
 					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())

@@ -105,7 +105,9 @@ func TestStalledServerKeepsTheDeadline(t *testing.T) {
 			_, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
 			return err
 		}},
-		{"complete", true, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
+		// On Citus the completion is a transaction too (the write, then its
+		// events): the stall meets BEGIN's reply, before anything is sent.
+		{"complete", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
 			_, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(s.leased))
 			return err
 		}},

@@ -31,17 +31,3 @@ func (s *Session) Distributed(ctx context.Context) (bool, error) {
 	distributed.Store(key, v)
 	return v, nil
 }
-
-// KnownDistributed reports whether the session's database runs Citus, as
-// far as this process has already asked (Distributed), without asking:
-// known is false until then. Writes whose one-server statement is also
-// correct on Citus, only slower there, choose the Citus form by it, so
-// they never cost a statement of their own to ask (the claim asks).
-func (s *Session) KnownDistributed() (dist, known bool) {
-	cfg := s.conn.Conn().Config()
-	key := fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
-	if v, ok := distributed.Load(key); ok {
-		return v.(bool), true
-	}
-	return false, false
-}
