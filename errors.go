@@ -43,7 +43,7 @@ type Code string
 func (c Code) Error() string { return string(c) }
 
 // The codes a caller is expected to branch on. Every other code is listed,
-// with its category, in the README.
+// with its category, in docs/ERRORS.md.
 const (
 	// CodeJobNotFound (NotFound): no job with the id in the caller's scope.
 	CodeJobNotFound Code = "job.not_found"

@@ -36,7 +36,7 @@ import (
 //
 // So the check holds about 1.25 bytes per source of Bloom filter (10 bits
 // per 35 bytes of input, the shortest source line) plus some 40 bytes per
-// candidate, and the action a chunk; see README ("Bulk replay").
+// candidate, and the action a chunk; see docs/CLI.md ("Bulk replay").
 
 // Bloom filter of the duplicate check: bloomBitsPerSource bits per
 // possible source and bloomHashes probes give about 0.8% false
