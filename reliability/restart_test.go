@@ -17,8 +17,8 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -104,7 +104,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 		t.Skip("server restart test: skipped under -short")
 	}
 	ctx := testdb.Context(t)
-	srv, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Logf: t.Logf})
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("a dedicated server is required (PostgreSQL server binaries): %v", err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/worker"
 )
@@ -32,9 +32,9 @@ const (
 
 // startDurableServer starts a dedicated durable server (stopped at
 // cleanup), migrates it, and returns it with its URL.
-func startDurableServer(t *testing.T, ctx context.Context) (*pgtemp.Server, string) {
+func startDurableServer(t *testing.T, ctx context.Context) (*pgserver.Server, string) {
 	t.Helper()
-	srv, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Logf: t.Logf})
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("a dedicated server is required (PostgreSQL server binaries): %v", err)
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -46,7 +46,7 @@ var (
 
 func BenchmarkBulkReplay(b *testing.B) {
 	ctx := context.Background()
-	srv, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Logf: b.Logf})
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Logf: b.Logf})
 	if err != nil {
 		b.Fatal(err)
 	}

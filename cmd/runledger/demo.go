@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
 )
 
 var demoCmd = &command{
@@ -39,9 +38,8 @@ next run; finally stop the worker gracefully. Every step checks its own outcome;
 exits 1 if any step did not behave as the story says.
 
 Without a database configured it starts a throwaway PostgreSQL server
-from the local server binaries (initdb and postgres on PATH or under
-/usr/lib/postgresql/*/bin), or in Docker if there are none and a daemon
-answers, migrates it, and removes it at the end, also when interrupted
+from the server binaries in RUNLEDGER_PG_BINDIR, else the local ones
+(initdb and postgres on PATH or under /usr/lib/postgresql/*/bin), migrates it, and removes it at the end, also when interrupted
 (Ctrl-C: the server is stopped, its data removed, and the demo exits 1).
 
 With --database-url or DATABASE_URL it uses that database instead, after
@@ -49,7 +47,7 @@ migrating it, and leaves its rows there: each run uses a job type with a
 random suffix and fresh tenant ids, so the demo can run again and again on
 one database.
 
-Output (--json): {"database":"local"|"docker"|"configured","steps":[{"name":"...",
+Output (--json): {"database":"local"|"configured","steps":[{"name":"...",
 "title":"...","command":"runledger ...","ok":true,"detail":"..."}, ...],"ok":true}
 
 Exit codes: 0 every step behaved as described; 1 a step did not, the
@@ -258,10 +256,8 @@ func (d *demo) openDatabase(inv *invocation) error {
 		}
 		detail = fmt.Sprintf("Using the database from %s at %s (no server started). The demo's rows stay there, under job type %s.",
 			from, db.Address, d.jobType)
-	case "local":
-		detail = fmt.Sprintf("Started PostgreSQL from %s on %s; its data is in %s until the demo ends.", db.BinDir, db.Address, db.Dir)
 	default:
-		detail = fmt.Sprintf("Started PostgreSQL (%s) in Docker on %s; the container is removed when the demo ends.", pgdocker.DefaultImage, db.Address)
+		detail = fmt.Sprintf("Started PostgreSQL from %s on %s; its data is in %s until the demo ends.", db.BinDir, db.Address, db.Dir)
 	}
 	title := "Start a throwaway PostgreSQL server"
 	if db.Kind == "configured" {

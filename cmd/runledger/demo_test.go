@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // demoTitles are the steps the demo must print, in order, on a throwaway
@@ -61,7 +61,7 @@ func demoTmp(t *testing.T) string {
 	return dir
 }
 
-// serverDirs lists the pgtemp dirs in tmp.
+// serverDirs lists the throwaway servers' dirs in tmp.
 func serverDirs(t *testing.T, tmp string) []string {
 	t.Helper()
 	m, err := filepath.Glob(filepath.Join(tmp, "runledger-pgtemp-*"))
@@ -339,10 +339,10 @@ func testDemoWithoutPostgreSQL(t *testing.T, c *cli) {
 	cmd := c.command(t, env{tmpDir: demoTmp(t)}, "unused")
 	cmd.Path = unshare
 	cmd.Args = []string{"unshare", "-m", "sh", "-c", script.String()}
-	// A PATH without initdb, no binaries named, and a Docker endpoint that
-	// does not answer.
-	cmd.Env = append(cmd.Env, "PATH=/usr/bin:/bin", pgtemp.EnvBinDir+"=",
-		"DOCKER_HOST=unix://"+filepath.Join(empty, "no-docker.sock"))
+	// A PATH without initdb and no binaries named. The command never
+	// looks for Docker (it links no Docker client), so a daemon that
+	// answers would change nothing.
+	cmd.Env = append(cmd.Env, "PATH=/usr/bin:/bin", pgserver.EnvBinDir+"=")
 	if p, err := exec.LookPath("initdb"); err == nil && strings.HasPrefix(p, "/usr/bin") {
 		t.Skip("initdb is in /usr/bin")
 	}
@@ -354,10 +354,13 @@ func testDemoWithoutPostgreSQL(t *testing.T, c *cli) {
 		t.Fatalf("exit: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
 	}
 	wantOneLine(t, stderr.String())
-	for _, want := range []string{"no PostgreSQL to run on", "apt-get install postgresql", "start Docker", "DATABASE_URL"} {
+	for _, want := range []string{"no PostgreSQL to run on", "apt-get install postgresql", "RUNLEDGER_PG_BINDIR", "DATABASE_URL"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("message lacks %q: %s", want, stderr.String())
 		}
+	}
+	if strings.Contains(stderr.String(), "Docker") {
+		t.Errorf("message offers Docker, which the command never uses: %s", stderr.String())
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runledger-go/runledger/internal/failpoint"
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 	"github.com/runledger-go/runledger/internal/txn"
 )
 
@@ -96,7 +96,7 @@ type failurePath struct {
 
 // passwordServer starts a throwaway server that asks every role but
 // postgres for a password (scram-sha-256 over TCP).
-func passwordServer(t *testing.T) *pgtemp.Server {
+func passwordServer(t *testing.T) *pgserver.Server {
 	t.Helper()
 	// Not under t.TempDir, whose parent only root may enter: the server
 	// runs as postgres when the tests run as root.
@@ -113,7 +113,7 @@ func passwordServer(t *testing.T) *pgtemp.Server {
 	if err := os.WriteFile(hba, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := pgtemp.Start(testdb.Context(t), pgtemp.Options{Settings: map[string]string{"hba_file": hba}})
+	srv, err := pgserver.Start(testdb.Context(t), pgserver.Options{Settings: map[string]string{"hba_file": hba}})
 	if err != nil {
 		t.Fatal(err)
 	}

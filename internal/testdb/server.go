@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ory/dockertest/v3"
 
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb/pgcitus"
 	"github.com/runledger-go/runledger/internal/testdb/pgdocker"
 	"github.com/runledger-go/runledger/internal/testdb/pgselect"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // Environment variables read by testdb.
@@ -71,7 +71,7 @@ var citusSettings = map[string]string{
 }
 
 // testSettings are the server settings for servers testdb starts itself:
-// throwaway data, so no durability (pgtemp's default does the same), and
+// throwaway data, so no durability (pgserver's default does the same), and
 // room for parallel tests that each hold a pool.
 var testSettings = []string{
 	"fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=200",
@@ -99,7 +99,7 @@ func chooseServer(getenv func(string) string, dockerPing func() error, localBina
 	}
 	src, err := pgselect.Choose(pgselect.Probes{
 		URL:    getenv(EnvURL) != "",
-		BinDir: getenv(pgtemp.EnvBinDir),
+		BinDir: getenv(pgserver.EnvBinDir),
 		Docker: dockerPing,
 		Local:  localBinaries,
 	})
@@ -111,7 +111,7 @@ func chooseServer(getenv func(string) string, dockerPing func() error, localBina
 			"  - Docker: install it and start the daemon (tried: %v);\n"+
 			"  - PostgreSQL server binaries: install the postgresql server package, e.g. apt-get install postgresql on Debian/Ubuntu,\n"+
 			"    or set %s to a bin directory (tools/pgbin MAJOR fetches one) (tried: %v)",
-			errNoServer, EnvURL, none.Docker, pgtemp.EnvBinDir, none.Local)
+			errNoServer, EnvURL, none.Docker, pgserver.EnvBinDir, none.Local)
 	}
 	return string(src), err
 }
@@ -189,7 +189,7 @@ func startServer(ctx context.Context) (*server, error) {
 			return err
 		},
 		func() error {
-			_, err := pgtemp.FindBinDir("")
+			_, err := pgserver.FindBinDir("")
 			return err
 		})
 	if err != nil {
@@ -270,14 +270,14 @@ func checkServer(ctx context.Context, admin *pgxpool.Pool) (string, error) {
 	return text, nil
 }
 
-// startLocal starts a throwaway server from local binaries (pgtemp).
+// startLocal starts a throwaway server from local binaries (pgserver).
 func startLocal(ctx context.Context) (string, func() error, error) {
 	settings := map[string]string{}
 	for _, kv := range testSettings {
 		k, v, _ := strings.Cut(kv, "=")
 		settings[k] = v
 	}
-	srv, err := pgtemp.Start(ctx, pgtemp.Options{Settings: settings, Logf: logf})
+	srv, err := pgserver.Start(ctx, pgserver.Options{Settings: settings, Logf: logf})
 	if err != nil {
 		return "", nil, fmt.Errorf("testdb: local server: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
+	"github.com/runledger-go/runledger/internal/pgserver"
 )
 
 func TestChooseServer(t *testing.T) {
@@ -86,7 +86,7 @@ func TestChooseCitus(t *testing.T) {
 func TestNoServerMessage(t *testing.T) {
 	_, err := chooseServer(func(string) string { return "" },
 		func() error { return errors.New("dial unix /var/run/docker.sock: connect: no such file or directory") },
-		func() error { _, err := pgtemp.FindBinDir(t.TempDir()); return err })
+		func() error { _, err := pgserver.FindBinDir(t.TempDir()); return err })
 	if !errors.Is(err, errNoServer) {
 		t.Fatalf("err = %v, want errNoServer", err)
 	}
@@ -103,11 +103,11 @@ func TestNoServerMessage(t *testing.T) {
 func TestChooseServerObservedHere(t *testing.T) {
 	ctx := context.Background()
 	_, dockerErr := dockerPing(ctx)
-	_, localErr := pgtemp.FindBinDir("")
+	_, localErr := pgserver.FindBinDir("")
 	t.Logf("docker ping: %v; local binaries: %v", dockerErr, localErr)
 	kind, err := chooseServer(func(string) string { return "" },
 		func() error { _, err := dockerPing(ctx); return err },
-		func() error { _, err := pgtemp.FindBinDir(""); return err })
+		func() error { _, err := pgserver.FindBinDir(""); return err })
 	switch {
 	case dockerErr == nil:
 		if kind != kindDocker {

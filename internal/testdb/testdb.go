@@ -6,7 +6,7 @@
 // binaries in RUNLEDGER_PG_BINDIR when that is set (how the version matrix
 // picks a major); a container from Docker (image
 // RUNLEDGER_TEST_POSTGRES_IMAGE, default postgres:15) when a daemon answers a
-// ping; a throwaway server from the machine's own binaries (package pgtemp).
+// ping; a throwaway server from the machine's own binaries (package pgserver).
 // Servers that testdb starts run with fsync=off. With none available, tests fail with a
 // message naming what to install; they never skip.
 //

@@ -38,7 +38,7 @@ import (
 var defaultPackages = []string{
 	".", "./db/", "./replay/", "./requeue/", "./health/", "./jobs/", "./worker/", "./goose/", "./reliability/",
 	"./internal/dberr/", "./internal/txn/", "./internal/rows/", "./internal/failpoint/", "./internal/bulk/",
-	"./internal/testdb/", "./internal/testdb/pgtemp/", "./internal/testdb/planaudit/",
+	"./internal/testdb/", "./internal/pgserver/", "./internal/testdb/planaudit/",
 }
 
 // event is one line of `go test -json` (test2json's TestEvent).
@@ -212,7 +212,7 @@ func lastLines(buf *bytes.Buffer, n int) string {
 }
 
 // serverVersion runs binDir/postgres --version with the lib directory beside
-// it on LD_LIBRARY_PATH (as package pgtemp runs it) and returns the version,
+// it on LD_LIBRARY_PATH (as package pgserver runs it) and returns the version,
 // e.g. "13.23".
 func serverVersion(binDir string) (string, error) {
 	cmd := exec.Command(filepath.Join(binDir, "postgres"), "--version")

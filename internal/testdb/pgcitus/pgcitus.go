@@ -1,6 +1,6 @@
 // Package pgcitus runs a throwaway Citus cluster on loopback for tests: one
 // coordinator and (by default) two workers, each a throwaway server started
-// by package pgtemp, with the citus extension created in every node's
+// by package pgserver, with the citus extension created in every node's
 // maintenance database and the workers registered on the coordinator. It is
 // tooling: no library package imports it.
 //
@@ -41,7 +41,7 @@
 // back, and clones can be made from the template for as long as it exists.
 // Each clone gets its own daemon on first use.
 //
-// Only Linux is supported (package pgtemp's servers are Linux-only).
+// Only Linux is supported (package pgserver's servers are Linux-only).
 package pgcitus
 
 import (
@@ -63,7 +63,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
+	"github.com/runledger-go/runledger/internal/pgserver"
 )
 
 // EnvCitus names the environment variable that turns the Citus test lane
@@ -109,11 +109,11 @@ var DefaultSettings = map[string]string{
 }
 
 // Options configures Start. The zero value is a coordinator and two workers,
-// fast and non-durable (package pgtemp's default), from the binaries pgtemp
+// fast and non-durable (package pgserver's default), from the binaries pgserver
 // finds (RUNLEDGER_PG_BINDIR first).
 type Options struct {
 	// BinDir is the directory holding initdb and postgres, for binaries
-	// that can load citus (see tools/citus). Empty means pgtemp's search:
+	// that can load citus (see tools/citus). Empty means pgserver's search:
 	// RUNLEDGER_PG_BINDIR, then the machine's own binaries.
 	BinDir string
 
@@ -125,7 +125,7 @@ type Options struct {
 	Settings map[string]string
 
 	// Durable keeps PostgreSQL's default durability settings on every
-	// node (see pgtemp.Options.Durable).
+	// node (see pgserver.Options.Durable).
 	Durable bool
 
 	// Logf, if set, receives progress lines (timings). Nil discards them.
@@ -146,7 +146,7 @@ type Cluster struct {
 // node is one server of the cluster and a small pool on its maintenance
 // database ("postgres"), for CREATE, ALTER and DROP DATABASE.
 type node struct {
-	srv   *pgtemp.Server
+	srv   *pgserver.Server
 	admin *pgxpool.Pool
 }
 
@@ -175,7 +175,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.nodes[i] = &node{}
 	}
 	err := c.onNodes(c.nodes, func(n *node) error {
-		srv, err := pgtemp.Start(ctx, pgtemp.Options{
+		srv, err := pgserver.Start(ctx, pgserver.Options{
 			BinDir: opts.BinDir, Durable: opts.Durable, Settings: settings, Logf: logf,
 		})
 		if err != nil {
@@ -246,11 +246,11 @@ func (c *Cluster) NodeURLs(dbname string) []string {
 }
 
 // Coordinator returns the coordinator's server.
-func (c *Cluster) Coordinator() *pgtemp.Server { return c.nodes[0].srv }
+func (c *Cluster) Coordinator() *pgserver.Server { return c.nodes[0].srv }
 
 // Workers returns the workers' servers, in the order they were registered.
-func (c *Cluster) Workers() []*pgtemp.Server {
-	out := make([]*pgtemp.Server, 0, len(c.nodes)-1)
+func (c *Cluster) Workers() []*pgserver.Server {
+	out := make([]*pgserver.Server, 0, len(c.nodes)-1)
 	for _, n := range c.nodes[1:] {
 		out = append(out, n.srv)
 	}
@@ -510,7 +510,7 @@ func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 // which takes a minute or two). Either way the directory must have
 // citus.so in the lib directory beside it.
 func BinDir(ctx context.Context) (string, error) {
-	dir := os.Getenv(pgtemp.EnvBinDir)
+	dir := os.Getenv(pgserver.EnvBinDir)
 	if dir == "" {
 		script, err := findScript()
 		if err != nil {
@@ -528,7 +528,7 @@ func BinDir(ctx context.Context) (string, error) {
 	lib := filepath.Join(filepath.Dir(filepath.Clean(dir)), "lib", "citus.so")
 	if _, err := os.Stat(lib); err != nil {
 		return "", fmt.Errorf("pgcitus: the server binaries in %s cannot load citus (no %s); "+
-			"set %s=$(tools/citus), or unset it to let the tests run tools/citus", dir, lib, pgtemp.EnvBinDir)
+			"set %s=$(tools/citus), or unset it to let the tests run tools/citus", dir, lib, pgserver.EnvBinDir)
 	}
 	return dir, nil
 }
@@ -547,7 +547,7 @@ func findScript() (string, error) {
 			return script, nil
 		}
 		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("pgcitus: %s is not set and there is no tools/citus at or above %s to build the binaries with", pgtemp.EnvBinDir, wd)
+			return "", fmt.Errorf("pgcitus: %s is not set and there is no tools/citus at or above %s to build the binaries with", pgserver.EnvBinDir, wd)
 		}
 	}
 }

@@ -1,15 +1,14 @@
-// Package pgselect decides where a throwaway PostgreSQL comes from, with one
-// order for the tests (package testdb) and the command line (runledger demo)
-// alike:
+// Package pgselect decides where the tests' throwaway PostgreSQL comes
+// from (package testdb). The command line follows the same order without
+// step 3: it links no Docker client.
 //
-//  1. a database URL the caller configured (RUNLEDGER_TEST_DATABASE_URL for
-//     the tests, --database-url or DATABASE_URL for the command line);
+//  1. a database URL the caller configured (RUNLEDGER_TEST_DATABASE_URL);
 //  2. the binaries in RUNLEDGER_PG_BINDIR, when it is set: naming binaries is
 //     as explicit as naming a URL, so it wins over anything discovered (the
 //     version matrix relies on this to test the major it fetched even where
 //     a Docker daemon answers);
 //  3. Docker, when a daemon answers a ping;
-//  4. the machine's own server binaries (package pgtemp finds them).
+//  4. the machine's own server binaries (package pgserver finds them).
 //
 // Each probe runs only if the ones before it did not settle the choice, so a
 // configured URL costs no Docker ping. The package starts nothing: callers
@@ -57,7 +56,7 @@ func (e *NoServerError) Is(target error) bool { return target == ErrNoServer }
 type Probes struct {
 	// URL reports whether the caller configured a database URL.
 	URL bool
-	// BinDir is the value of RUNLEDGER_PG_BINDIR (pgtemp.EnvBinDir); when
+	// BinDir is the value of RUNLEDGER_PG_BINDIR (pgserver.EnvBinDir); when
 	// it is not empty the choice is SourceLocal without probing, and a
 	// directory without the programs fails when the server starts rather
 	// than falling back.

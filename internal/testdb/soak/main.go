@@ -3,7 +3,7 @@
 // transient and happen only around a server restart, and the ledger's
 // invariants hold at the end.
 //
-// It starts a durable throwaway server (package pgtemp with Durable set:
+// It starts a durable throwaway server (package pgserver with Durable set:
 // PostgreSQL's default fsync, synchronous_commit and full_page_writes),
 // migrates it, and runs -clients concurrent clients (16 by default) for
 // -duration (10 minutes by default, or SOAK_DURATION) through the public API

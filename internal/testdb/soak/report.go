@@ -136,7 +136,7 @@ func (r *report) print(w io.Writer, st *stats) {
 	defer r.mu.Unlock()
 
 	fmt.Fprintf(w, "## Soak: %s, %d clients and a worker runtime, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.restartMode)
-	fmt.Fprintf(w, "- server: PostgreSQL %s (pgtemp, Durable)\n", r.server)
+	fmt.Fprintf(w, "- server: PostgreSQL %s (pgserver, Durable)\n", r.server)
 	if !st.restartEnded.IsZero() {
 		fmt.Fprintf(w, "- restart (%s) began at %s into the load and took %s (until the server accepted connections again)\n",
 			r.cfg.restartMode, st.restartBegan.Sub(st.start).Round(time.Millisecond), st.restartEnded.Sub(st.restartBegan).Round(time.Millisecond))

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/runledger-go/runledger/goose"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/jobs"
 )
 
@@ -43,7 +43,7 @@ func run(ctx context.Context, cfg config) int {
 	if cfg.verbose {
 		logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	}
-	srv, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Logf: logf})
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Logf: logf})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak: start a durable throwaway server:", err)
 		return 2

@@ -26,8 +26,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // Path is one outcome of a replay the bench exercises.
@@ -82,7 +82,7 @@ const (
 type Options struct {
 	// DatabaseURL is the database to run on; it is migrated, and its rows
 	// of JobType replaced by the seed. Empty: throwaway servers started
-	// for the run (package pgtemp), one per entry of Servers.
+	// for the run (package pgserver), one per entry of Servers.
 	DatabaseURL string
 	// Servers lists the throwaway servers to run on, ServerDurable and/or
 	// ServerFast. Ignored with DatabaseURL.
@@ -114,7 +114,7 @@ type Options struct {
 	// duration, against the same database.
 	ComparePgbench bool
 	// Pgbench is the pgbench binary; empty: next to the server binaries
-	// (package pgtemp finds them), else on PATH.
+	// (package pgserver finds them), else on PATH.
 	Pgbench string
 	// Anchors are other clients run beside the Go client, on the same
 	// databases in the same rotation, for comparison (see Anchor).
@@ -126,7 +126,7 @@ type Options struct {
 }
 
 // serverSettings are the settings of the throwaway servers besides
-// pgtemp's durability choice: room for the data set in memory, and no
+// pgserver's durability choice: room for the data set in memory, and no
 // checkpoint forced by WAL volume during a run.
 var serverSettings = map[string]string{
 	"shared_buffers":  "1GB",
@@ -161,14 +161,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, nil
 	}
 	rep.Settings.Servers = opts.Servers
-	binDir, err := pgtemp.FindBinDir("")
+	binDir, err := pgserver.FindBinDir("")
 	if err != nil {
 		return rep, err
 	}
 	b.binDir = binDir
 	for _, kind := range opts.Servers {
 		b.logf("starting a throwaway %s PostgreSQL server", kind)
-		srv, err := pgtemp.Start(ctx, pgtemp.Options{BinDir: binDir, Durable: kind == ServerDurable, Settings: serverSettings})
+		srv, err := pgserver.Start(ctx, pgserver.Options{BinDir: binDir, Durable: kind == ServerDurable, Settings: serverSettings})
 		if err != nil {
 			return rep, err
 		}
@@ -254,7 +254,7 @@ func (b *runner) logf(format string, args ...any) {
 
 // onServer runs the matrix on one server (srv nil: the configured
 // database).
-func (b *runner) onServer(ctx context.Context, rep *Report, kind string, srv *pgtemp.Server) error {
+func (b *runner) onServer(ctx context.Context, rep *Report, kind string, srv *pgserver.Server) error {
 	if b.opts.ComparePgbench && b.pgbench == "" {
 		bin, version, err := findPgbench(b.opts.Pgbench, b.binDir)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
+	"github.com/runledger-go/runledger/internal/pgserver"
 )
 
 // pgbenchScripts holds the pgbench scripts run beside the Go replay: for
@@ -35,14 +35,14 @@ func newRand() *mrand.Rand {
 
 // findPgbench returns the pgbench binary to use and its version: override
 // if set, else the one next to the server binaries (binDir, or where
-// package pgtemp finds them), else the one on PATH.
+// package pgserver finds them), else the one on PATH.
 func findPgbench(override, binDir string) (string, string, error) {
 	var candidates []string
 	if override != "" {
 		candidates = []string{override}
 	} else {
 		if binDir == "" {
-			binDir, _ = pgtemp.FindBinDir("")
+			binDir, _ = pgserver.FindBinDir("")
 		}
 		if binDir != "" {
 			candidates = append(candidates, filepath.Join(binDir, "pgbench"))

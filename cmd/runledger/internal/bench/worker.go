@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
 )
 
 // The worker bench (`runledger bench --workers`, and beside River in the
@@ -210,12 +210,12 @@ func RunWorkers(ctx context.Context, o WorkerOptions) (*WorkerReport, error) {
 	wb := &workerBench{o: o, rep: rep}
 	url := o.DatabaseURL
 	if url == "" {
-		binDir, err := pgtemp.FindBinDir("")
+		binDir, err := pgserver.FindBinDir("")
 		if err != nil {
 			return rep, err
 		}
 		wb.logf("starting a throwaway durable PostgreSQL server")
-		srv, err := pgtemp.Start(ctx, pgtemp.Options{BinDir: binDir, Durable: true, Settings: serverSettings})
+		srv, err := pgserver.Start(ctx, pgserver.Options{BinDir: binDir, Durable: true, Settings: serverSettings})
 		if err != nil {
 			return rep, err
 		}

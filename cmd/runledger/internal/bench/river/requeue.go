@@ -21,7 +21,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
-	"github.com/runledger-go/runledger/internal/testdb/pgtemp"
+	"github.com/runledger-go/runledger/internal/pgserver"
 	"github.com/runledger-go/runledger/requeue"
 )
 
@@ -76,12 +76,12 @@ func runRequeueBench(ctx context.Context, dbURL string, singleOps, blocks, bulkJ
 	rep.Machine.Cores, rep.Machine.GoVersion = runtime.NumCPU(), runtime.Version()
 	rep.Machine.CPU = cpuModel()
 	if dbURL == "" {
-		binDir, err := pgtemp.FindBinDir("")
+		binDir, err := pgserver.FindBinDir("")
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(logw, "requeue bench: starting a throwaway durable PostgreSQL server")
-		srv, err := pgtemp.Start(ctx, pgtemp.Options{BinDir: binDir, Durable: true,
+		srv, err := pgserver.Start(ctx, pgserver.Options{BinDir: binDir, Durable: true,
 			Settings: map[string]string{"shared_buffers": "1GB", "max_wal_size": "8GB"}})
 		if err != nil {
 			return err

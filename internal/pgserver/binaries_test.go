@@ -1,4 +1,4 @@
-package pgtemp
+package pgserver
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package pgtemp
+package pgserver
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ const installHint = "install the PostgreSQL server package " +
 	"(Debian/Ubuntu: apt-get install postgresql; Fedora/RHEL: dnf install postgresql-server; " +
 	"macOS: brew install postgresql) or put its bin directory on PATH"
 
-// serverBinaries are the programs pgtemp runs. pg_ctl is not among them:
+// serverBinaries are the programs pgserver runs. pg_ctl is not among them:
 // the server is started as a direct child so that Pdeathsig applies to it.
 var serverBinaries = []string{"initdb", "postgres"}
 
@@ -50,7 +50,7 @@ var versionedGlobs = []string{
 func FindBinDir(override string) (string, error) {
 	dir, err := findBinDir(override)
 	if err != nil {
-		return "", fmt.Errorf("pgtemp: %w", err)
+		return "", fmt.Errorf("pgserver: %w", err)
 	}
 	return dir, nil
 }

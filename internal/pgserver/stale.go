@@ -1,4 +1,4 @@
-package pgtemp
+package pgserver
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ const (
 	orphanAge = 10 * time.Minute
 )
 
-// removeStaleDirs removes, best effort, the pgtemp dirs under root that were
+// removeStaleDirs removes, best effort, the server dirs under root that were
 // left by runs that died without calling Stop (a crash, SIGKILL, a test
 // timeout). A dir is stale when the process that created it is gone and no
 // postmaster is running from it; dirs of live runs in other test binaries are
@@ -46,16 +46,16 @@ func removeStaleDirs(root string, logf func(string, ...any)) []string {
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
-			logf("pgtemp: could not remove stale %s: %v", dir, err)
+			logf("pgserver: could not remove stale %s: %v", dir, err)
 			continue
 		}
-		logf("pgtemp: removed stale %s", dir)
+		logf("pgserver: removed stale %s", dir)
 		removed = append(removed, dir)
 	}
 	return removed
 }
 
-// isStale reports whether the pgtemp dir can be removed; see removeStaleDirs.
+// isStale reports whether the server dir can be removed; see removeStaleDirs.
 func isStale(dir string, modTime time.Time) bool {
 	owner, err := readPID(filepath.Join(dir, ownerFile))
 	switch {

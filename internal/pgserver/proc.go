@@ -1,4 +1,4 @@
-package pgtemp
+package pgserver
 
 import (
 	"context"
@@ -97,13 +97,13 @@ func (p *process) stop(sig syscall.Signal, grace time.Duration, logf func(string
 		return nil
 	}
 	if sig != syscall.SIGQUIT {
-		logf("pgtemp: postgres (pid %d) still running %s after %s; sending SIGQUIT", pid, grace, sig)
+		logf("pgserver: postgres (pid %d) still running %s after %s; sending SIGQUIT", pid, grace, sig)
 		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
 		if p.waitFor(5 * time.Second) {
 			return nil
 		}
 	}
-	logf("pgtemp: postgres (pid %d) still running; sending SIGKILL", pid)
+	logf("pgserver: postgres (pid %d) still running; sending SIGKILL", pid)
 	_ = p.cmd.Process.Kill()
 	if p.waitFor(5 * time.Second) {
 		return nil

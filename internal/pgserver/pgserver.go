@@ -1,4 +1,7 @@
-// Package pgtemp runs a throwaway local PostgreSQL server for tests and demos.
+// Package pgserver runs a throwaway local PostgreSQL server: the one the
+// demo and the console start on a fresh machine, and the one the test kit
+// (internal/testdb) builds on. It is product code and imports no test
+// tooling.
 //
 // Start runs initdb into a fresh temp dir, starts postgres on a free loopback
 // port as a direct child process, and waits until it accepts connections;
@@ -23,7 +26,7 @@
 // reachable by that user, which the default /tmp and tools/pgbin's cache are.
 //
 // Only Linux is supported (parent-death signals are Linux-only).
-package pgtemp
+package pgserver
 
 import (
 	"bytes"
@@ -60,7 +63,7 @@ const (
 	portAttempts = 5
 )
 
-// managedSettings are set by pgtemp itself and may not appear in
+// managedSettings are set by pgserver itself and may not appear in
 // Options.Settings, because URL and Port would then be wrong.
 var managedSettings = []string{"port", "listen_addresses", "unix_socket_directories", "data_directory"}
 
@@ -95,7 +98,7 @@ type Options struct {
 
 	// Settings are extra server settings, passed as -c name=value; they
 	// override the fast defaults. port, listen_addresses,
-	// unix_socket_directories and data_directory are managed by pgtemp and
+	// unix_socket_directories and data_directory are managed by pgserver and
 	// rejected here.
 	Settings map[string]string
 
@@ -143,7 +146,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	for _, name := range managedSettings {
 		if _, ok := opts.Settings[name]; ok {
-			return nil, fmt.Errorf("pgtemp: setting %q is managed by pgtemp and cannot be set", name)
+			return nil, fmt.Errorf("pgserver: setting %q is managed by pgserver and cannot be set", name)
 		}
 	}
 	binDir, err := FindBinDir(opts.BinDir)
@@ -152,14 +155,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cred, err := serverCredential()
 	if err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
+		return nil, fmt.Errorf("pgserver: %w", err)
 	}
 
 	removeStaleDirs(os.TempDir(), logf)
 
 	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("pgtemp: create temp dir: %w", err)
+		return nil, fmt.Errorf("pgserver: create temp dir: %w", err)
 	}
 	s := &Server{
 		opts:    opts,
@@ -181,28 +184,28 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	// Written first, so a concurrent stale sweep sees a live owner.
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
+		return nil, fmt.Errorf("pgserver: %w", err)
 	}
 	if err := os.Mkdir(s.sockDir, 0o700); err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
+		return nil, fmt.Errorf("pgserver: %w", err)
 	}
 	if cred != nil {
 		for _, d := range []string{dir, s.sockDir} {
 			if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
-				return nil, fmt.Errorf("pgtemp: hand %s to the postgres user: %w", d, err)
+				return nil, fmt.Errorf("pgserver: hand %s to the postgres user: %w", d, err)
 			}
 		}
 	}
 
 	t0 := time.Now()
 	if err := s.initdb(ctx); err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
+		return nil, fmt.Errorf("pgserver: %w", err)
 	}
 	t1 := time.Now()
 	if err := s.launch(ctx, true); err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
+		return nil, fmt.Errorf("pgserver: %w", err)
 	}
-	logf("pgtemp: PostgreSQL from %s on 127.0.0.1:%d in %s (initdb %s, start %s, durable=%v)",
+	logf("pgserver: PostgreSQL from %s on 127.0.0.1:%d in %s (initdb %s, start %s, durable=%v)",
 		binDir, s.port, dir, t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond), opts.Durable)
 	ok = true
 	return s, nil
@@ -258,7 +261,7 @@ func (s *Server) Stop() error {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		s.stopErr = fmt.Errorf("pgtemp: stop: %w", err)
+		s.stopErr = fmt.Errorf("pgserver: stop: %w", err)
 	}
 	return s.stopErr
 }
@@ -281,24 +284,24 @@ func (s *Server) Restart(ctx context.Context, mode string) error {
 	case "immediate":
 		sig = syscall.SIGQUIT
 	default:
-		return fmt.Errorf("pgtemp: restart mode %q: want \"fast\" or \"immediate\"", mode)
+		return fmt.Errorf("pgserver: restart mode %q: want \"fast\" or \"immediate\"", mode)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return errors.New("pgtemp: restart: server already stopped")
+		return errors.New("pgserver: restart: server already stopped")
 	}
 	if s.proc != nil {
 		if err := s.proc.stop(sig, stopGrace, s.logf); err != nil {
-			return fmt.Errorf("pgtemp: restart: %w", err)
+			return fmt.Errorf("pgserver: restart: %w", err)
 		}
 		s.proc = nil
 	}
 	t0 := time.Now()
 	if err := s.launch(ctx, false); err != nil {
-		return fmt.Errorf("pgtemp: restart: %w", err)
+		return fmt.Errorf("pgserver: restart: %w", err)
 	}
-	s.logf("pgtemp: restarted (%s) on port %d in %s", mode, s.port, time.Since(t0).Round(time.Millisecond))
+	s.logf("pgserver: restarted (%s) on port %d in %s", mode, s.port, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -347,7 +350,7 @@ func (s *Server) launch(ctx context.Context, pickPort bool) error {
 		if !pickPort || !errors.Is(err, errPortBusy) || attempt == portAttempts {
 			return err
 		}
-		s.logf("pgtemp: port %d was taken; trying another (%v)", s.port, err)
+		s.logf("pgserver: port %d was taken; trying another (%v)", s.port, err)
 	}
 }
 
