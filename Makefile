@@ -119,6 +119,25 @@ bench: ## Go benchmarks, runledger bench against pgbench, then replay and requeu
 
 WORKER_BENCH_FLAGS ?=
 
+.PHONY: bench-console
+bench-console: ## The console's pages (p50/p95 server time on 1,000,000 finished and 100,000 live jobs) and its bulk requeue beside the library's
+	$(GO) test -run '^$$' -bench 'ConsolePages' -benchtime 200x -timeout 60m ./console/
+	$(GO) test -run '^$$' -bench 'ConsoleBulkRequeue' -benchtime 4x -timeout 60m ./console/
+
+# Every benchmark command the docs give, once and tiny, so none of them can
+# rot unseen; CI runs it. The figures it prints mean nothing.
+.PHONY: bench-smoke
+bench-smoke: ## Every documented benchmark command, once with tiny counts (CI runs it)
+	RUNLEDGER_BENCH_HISTORY=20000 RUNLEDGER_BENCH_PRUNE=2000 RUNLEDGER_BENCH_QUIET=1 \
+	  $(GO) test -run '^$$' -bench . -benchtime 1x -short ./replay/ ./requeue/ ./jobs/ ./health/ ./worker/
+	RUNLEDGER_CONSOLE_BENCH_FINISHED=2000 RUNLEDGER_CONSOLE_BENCH_LIVE=200 RUNLEDGER_CONSOLE_BENCH_BULK=200 \
+	  $(GO) test -run '^$$' -bench . -benchtime 2x ./console/
+	$(GO) run ./cmd/runledger bench --fast --sources 1000 --clients 1 --duration 1s --warmup 0s
+	cd $(RIVER_BENCH) && $(GO) run . -sources 1000 -clients 1 -duration 1s -warmup 0s
+	cd $(RIVER_BENCH) && $(GO) run . -requeue -requeue-ops 40 -requeue-blocks 2 -bulk-jobs 500
+	cd $(RIVER_BENCH) && $(GO) run . -workers -worker-jobs 300 -worker-default-jobs 100 -worker-latency-samples 5 \
+	  -worker-heartbeat-jobs 20 -worker-memory-jobs 0 -added-rtt 0
+
 .PHONY: bench-worker
 bench-worker: ## The worker runtime beside River's workers in one run (throughput, pickup latency, +1 ms per round trip, heartbeats, memory)
 	cd $(RIVER_BENCH) && $(GO) run . -workers $(WORKER_BENCH_FLAGS)
