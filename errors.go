@@ -82,7 +82,10 @@ const (
 	CodeUniqueViolation Code = "db.unique_violation"
 
 	// CodeReplayUnsupportedIsolation (Validation): the caller's
-	// transaction for a replay is not READ COMMITTED.
+	// transaction for a replay is not READ COMMITTED, or is read-only. A
+	// read-only transaction has then been aborted by the server's refusal
+	// of the replay's first locking read (the detail says so): roll it
+	// back. Under another isolation level it is left usable.
 	CodeReplayUnsupportedIsolation Code = "job.compare_and_replay_unsupported_isolation"
 	// CodeEnqueueUnsupportedIsolation (Validation): the caller's
 	// transaction for a keyed enqueue is not READ COMMITTED.

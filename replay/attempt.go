@@ -108,9 +108,23 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 		if a.insert.Reached() && isUniqueViolation(a.insert.Err) {
 			return nil, errLineageRace
 		}
+		if !s.Owned() && isReadOnlyRefusal(err) {
+			// The lookup's locking read is the first statement a read-only
+			// transaction refuses; its refusal aborted the caller's
+			// transaction, and nothing was read or written.
+			return nil, errs.ReplayUnsupportedIsolation.Newf(
+				"%s requires a read-write READ COMMITTED transaction; got a read-only one, which the refused statement aborted: roll it back", txOperation)
+		}
 		return nil, err
 	}
 	return a, nil
+}
+
+// isReadOnlyRefusal reports PostgreSQL's refusal of a write or a locking
+// read in a read-only transaction (SQLSTATE 25006).
+func isReadOnlyRefusal(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
 }
 
 // errLineageRace is sendAttempt's report of an insert that lost a race:

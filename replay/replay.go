@@ -89,12 +89,22 @@ func SucceededJob(ctx context.Context, pool *pgxpool.Pool, req Request) (Outcome
 // SucceededJobTx replays a succeeded job inside the caller's transaction,
 // which it never commits or rolls back.
 //
-// It validates the request, then refuses any transaction but a read-write
-// READ COMMITTED one (runledger.CodeReplayUnsupportedIsolation), since each
-// statement must see what concurrent replays committed: it asks with SHOW
-// in a round trip of its own, so a refused transaction is refused at once,
-// with no snapshot or lock taken and not aborted. Then one round trip, as
-// SucceededJob's. Its locks last until the caller's transaction ends:
+// It validates the request, then sends SucceededJob's statements in one
+// round trip, without BEGIN and COMMIT. It refuses any transaction but a
+// read-write READ COMMITTED one (runledger.CodeReplayUnsupportedIsolation),
+// since each statement must see what concurrent replays committed; the
+// checks travel with the statements, so a refusal costs no round trip of
+// its own:
+//
+//   - under REPEATABLE READ or SERIALIZABLE the statements' guards make
+//     them read, lock and write nothing, and the caller's transaction goes
+//     on (it has taken its snapshot);
+//   - a read-only transaction refuses the first locking read (SQLSTATE
+//     25006), which aborts the caller's transaction: roll it back. A
+//     SERIALIZABLE READ ONLY DEFERRABLE one first waits for its safe
+//     snapshot, as any statement in it would.
+//
+// Its locks last until the caller's transaction ends:
 // after an Existing outcome workers skip the replay job, and after a
 // conflict found once the source was locked the source stays locked. On an
 // error the caller should roll back.
@@ -108,11 +118,7 @@ func SucceededJobTx(ctx context.Context, tx pgx.Tx, req Request) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	s := txn.Join(tx, txOperation)
-	if err := txn.CheckCallerTx(ctx, s, txOperation, errs.ReplayUnsupportedIsolation); err != nil {
-		return nil, err
-	}
-	return run(ctx, s, req)
+	return run(ctx, txn.Join(tx, txOperation), req)
 }
 
 var queries = db.New()

@@ -12,10 +12,10 @@ import (
 	"github.com/runledger-go/runledger/replay"
 )
 
-// Every outcome costs one round trip pool-owned (BEGIN to COMMIT in one
-// pipeline; the reference protocol: 9, 4, 6 and 6) and two in a caller's
-// transaction (the SHOW probe of its isolation and access mode, then the
-// pipeline). A conflict found by the first lookup commits a
+// Every outcome costs one round trip, pool-owned (BEGIN to COMMIT in one
+// pipeline; the reference protocol: 9, 4, 6 and 6) and in a caller's
+// transaction (the same pipeline without BEGIN and COMMIT; the isolation
+// and access-mode checks travel with its statements). A conflict found by the first lookup commits a
 // transaction that wrote nothing, so it needs no ROLLBACK. Counts are with
 // pgx's prepared-statement cache warm, as in any long-running program; the
 // first use of each statement on a connection costs one more round trip to
@@ -56,12 +56,12 @@ func TestRoundTripsPerPath(t *testing.T) {
 		return err == nil && ok && r.Disposition == runledger.DispositionInserted
 	}
 	paths := []path{
-		{name: "inserted", owned: 1, tx: 2,
+		{name: "inserted", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: newSource(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 			},
 			check: isInserted},
-		{name: "existing", owned: 1, tx: 2,
+		{name: "existing", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "r"}
 			},
@@ -69,7 +69,7 @@ func TestRoundTripsPerPath(t *testing.T) {
 				r, ok := o.(replay.Replayed)
 				return err == nil && ok && r.Disposition == runledger.DispositionExisting
 			}},
-		{name: "mismatch", owned: 1, tx: 2,
+		{name: "mismatch", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: newSource(), ExpectedRunNumber: 2, Key: "k", Reason: "r"}
 			},
@@ -77,12 +77,12 @@ func TestRoundTripsPerPath(t *testing.T) {
 				_, ok := o.(replay.ExpectationMismatch)
 				return err == nil && ok
 			}},
-		{name: "not found", owned: 1, tx: 2,
+		{name: "not found", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}
 			},
 			check: func(o replay.Outcome, err error) bool { _, ok := o.(replay.NotFound); return err == nil && ok }},
-		{name: "conflict", owned: 1, tx: 2,
+		{name: "conflict", owned: 1, tx: 1,
 			req: func() replay.Request {
 				return replay.Request{Scope: runledger.Organization(org), SourceJobID: existingSource, ExpectedRunNumber: 1, Key: "done", Reason: "other"}
 			},
@@ -107,8 +107,8 @@ func TestRoundTripsPerPath(t *testing.T) {
 		})
 	}
 
-	// A refused isolation level costs the one round trip of the SHOW probe,
-	// which read and locked nothing.
+	// A refused isolation level costs the one round trip of the statements,
+	// whose guards read, locked and wrote nothing.
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,13 @@
 package replay_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
@@ -101,25 +100,17 @@ func TestCallerTransactionMustBeReadCommitted(t *testing.T) {
 	}
 }
 
-// A read-only caller transaction is refused with the isolation code
-// before any statement takes a snapshot or a lock: at once, the caller's
-// transaction left usable (not aborted), and a SERIALIZABLE READ ONLY
-// DEFERRABLE one is refused without first waiting for a safe snapshot,
-// which a concurrent serializable writer holds back.
+// A read-only caller transaction is refused with the isolation code, in
+// the one round trip of the replay's statements: the lookup's locking read
+// is refused by the server (SQLSTATE 25006), which aborts the caller's
+// transaction, and nothing is written. A SERIALIZABLE READ ONLY
+// DEFERRABLE one is refused the same way (with no concurrent serializable
+// writer its safe snapshot comes at once).
 func TestCallerTransactionMustBeReadWrite(t *testing.T) {
 	t.Parallel()
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	sourceID := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))
-	// A serializable writer that has taken its snapshot and written: a
-	// DEFERRABLE reader's first snapshot waits until it ends.
-	writer, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = writer.Rollback(ctx) }()
-	testdb.Exec(t, writer, `UPDATE job_definitions SET version = version WHERE job_type = 'email'`)
-
 	for _, opts := range []pgx.TxOptions{
 		{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly},
 		{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable},
@@ -128,19 +119,19 @@ func TestCallerTransactionMustBeReadWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = replay.SucceededJobTx(callCtx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
-		cancel()
+		_, err = replay.SucceededJobTx(ctx, tx, replay.Request{SourceJobID: sourceID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})
 		e := testdb.WantCode(t, err, runledger.CodeReplayUnsupportedIsolation)
-		if e.Category != runledger.CategoryValidation || !strings.Contains(e.Detail, "read-only") {
+		if e.Category != runledger.CategoryValidation || !strings.Contains(e.Detail, "read-only") || !strings.Contains(e.Detail, "roll it back") {
 			t.Fatalf("%+v: %+v", opts, e)
 		}
-		if opts.DeferrableMode != pgx.Deferrable {
-			// Not aborted: the caller's transaction goes on.
-			if n := testdb.Scalar[int64](t, tx, `SELECT count(*) FROM job_queue`); n != 1 {
-				t.Fatalf("caller's transaction reads %d jobs", n)
-			}
+		// Aborted, as the refusal says: the caller must roll back.
+		var pgErr *pgconn.PgError
+		if _, err := tx.Exec(ctx, `SELECT 1`); !errors.As(err, &pgErr) || pgErr.Code != "25P02" {
+			t.Fatalf("%+v: the caller's transaction after the refusal: %v, want 25P02 (aborted)", opts, err)
 		}
 		_ = tx.Rollback(ctx)
+	}
+	if n := testdb.Count(t, pool, "job_replays"); n != 0 {
+		t.Fatalf("%d lineage rows after refused replays", n)
 	}
 }
