@@ -244,7 +244,7 @@ func TestEnqueueManyKilledMidBatchWritesNothing(t *testing.T) {
 		t.Fatalf("waiters %v, want the batch alone", waiters)
 	}
 	// The batch has inserted k1..k4 (key order) and waits on k5.
-	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, waiters[0]); err != nil {
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1::int)`, waiters[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err == nil {
