@@ -31,6 +31,7 @@ var commands = []*command{
 	migrateVersionCmd,
 	definitionsUpsertCmd,
 	enqueueCmd,
+	enqueueBulkCmd,
 	claimCmd,
 	completeCmd,
 	failCmd,

@@ -49,6 +49,7 @@ var cliTests = []struct {
 	{"ReplayBulkHelp", testReplayBulkHelp},
 	{"Requeue", testRequeue},
 	{"RequeueBulk", testRequeueBulk},
+	{"EnqueueBulk", testEnqueueBulk},
 	{"ExitCodes", testExitCodes},
 	{"InputLimitsExit2", testInputLimits},
 	{"HumanOutput", testHumanOutput},
