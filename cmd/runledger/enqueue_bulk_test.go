@@ -112,3 +112,36 @@ func testEnqueueBulk(t *testing.T, c *cli) {
 		t.Fatalf("%d jobs, want 5", n)
 	}
 }
+
+// testDefinitionsPause: pause and resume print the outcome; a paused
+// type's jobs are not claimed but are enqueued; resumed, they are claimed;
+// an unknown type is not found (exit 4), a blank one invalid (exit 2).
+func testDefinitionsPause(t *testing.T, c *cli) {
+	e := db(t)
+	c.ok(t, e, "definitions", "upsert", "--type", "email")
+	out := c.ok(t, e, "definitions", "pause", "--type", "email", "--json")
+	if got := strings.TrimSpace(out.stdout); got != `{"outcome":"definition","job_type":"email","paused":true}` {
+		t.Fatalf("pause: %s", got)
+	}
+	c.enqueue(t, e, "--type", "email")
+	claim := object(t, c.ok(t, e, "claim", "--worker", "w", "--json").stdout)
+	if string(claim["jobs"]) != "[]" {
+		t.Fatalf("claim of a paused type: %v", claim)
+	}
+	if out := c.ok(t, e, "definitions", "upsert", "--type", "email"); !strings.Contains(out.stdout, "enabled, paused,") {
+		t.Fatalf("definition text does not say paused: %s", out.stdout)
+	}
+	out = c.ok(t, e, "definitions", "resume", "--type", "email", "--json")
+	if got := strings.TrimSpace(out.stdout); got != `{"outcome":"definition","job_type":"email","paused":false}` {
+		t.Fatalf("resume: %s", got)
+	}
+	if out := c.ok(t, e, "definitions", "resume", "--type", "email"); !strings.Contains(out.stdout, "email is not paused") {
+		t.Fatalf("resume text: %s", out.stdout)
+	}
+	claim = object(t, c.ok(t, e, "claim", "--worker", "w", "--json").stdout)
+	if string(claim["jobs"]) == "[]" {
+		t.Fatalf("claim after resume found nothing: %v", claim)
+	}
+	wantError(t, c.want(t, 4, e, "definitions", "pause", "--type", "nope", "--json"), "not_found")
+	wantError(t, c.want(t, 2, e, "definitions", "resume", "--type", " ", "--json"), "validation")
+}
