@@ -248,6 +248,7 @@ inserted AS (
       AND (NOT $15::bool
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     ORDER BY input.job_type, input.idempotency_key, input.ord
+    FOR SHARE OF d
     ON CONFLICT DO NOTHING
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 )

@@ -269,3 +269,32 @@ func TestEnqueueManyKilledMidBatchWritesNothing(t *testing.T) {
 		t.Fatalf("%d jobs and %d events after the reruns, want 5 and 5", n, ev)
 	}
 }
+
+// As a single enqueue, a bulk enqueue holds its types' definitions FOR
+// SHARE until its transaction ends: a definition change waits for it.
+func TestEnqueueManyHoldsDefinitionForShare(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	org := runledger.Organization(uuid.New())
+	tx := testdb.Begin(t, ctx, pool)
+	if _, err := jobs.EnqueueManyTx(ctx, tx, []jobs.EnqueueRequest{{JobType: "email", Scope: org}}); err != nil {
+		t.Fatal(err)
+	}
+	if !testdb.Citus() { // on Citus the lock is on the tenant node's placement (see TestEnqueueHoldsDefinitionForShare)
+		if !testdb.RowLocked(t, pool, "job_definitions", "job_type = $1", "email", "NO KEY UPDATE") {
+			t.Fatal("definition row is not share-locked during the bulk enqueue's transaction")
+		}
+	}
+	changed := make(chan error, 1)
+	go func() {
+		_, err := jobs.PauseType(ctx, pool, "email")
+		changed <- err
+	}()
+	testdb.WaitBlocked(t, pool, 0)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-changed; err != nil {
+		t.Fatal(err)
+	}
+}

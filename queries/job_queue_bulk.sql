@@ -124,6 +124,7 @@ inserted AS (
       AND (NOT @idempotent::bool
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     ORDER BY input.job_type, input.idempotency_key, input.ord
+    FOR SHARE OF d
     ON CONFLICT DO NOTHING
     RETURNING *
 )
