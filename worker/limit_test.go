@@ -87,3 +87,38 @@ func TestRegisterRefusesABadLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A type paused before a worker starts (the pause is a row, so it lasts
+// across worker and server restarts) is not claimed: the worker runs a job
+// of another type enqueued after it, and the paused one stays PENDING;
+// resumed, the worker runs it within its poll interval.
+func TestWorkerHonoursAPausedType(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, worker.Config{PollInterval: 20 * time.Millisecond})
+	h.define("paused", 3)
+	h.define("marker", 3)
+	noop := func(ctx context.Context, _ worker.Job[json.RawMessage]) (any, error) { return nil, nil }
+	for _, typ := range []string{"paused", "marker"} {
+		if err := worker.Register(h.w, typ, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := jobs.PauseType(h.ctx, h.pool, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	held := h.enqueue("paused", `{}`)
+	marker := h.enqueue("marker", `{}`)
+	h.start()
+	if f := h.waitFinished(1); f[0].Job.ID != marker.ID {
+		t.Fatalf("first finished %+v, want the marker job", f[0].Job)
+	}
+	if j := h.job(held.ID); j.Status != "PENDING" || j.Attempt != 0 {
+		t.Fatalf("paused type's job %s at attempt %d, want PENDING at 0", j.Status, j.Attempt)
+	}
+	if _, err := jobs.ResumeType(h.ctx, h.pool, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if f := h.waitFinished(2); f[1].Job.ID != held.ID || f[1].Outcome != worker.OutcomeSucceeded {
+		t.Fatalf("after resume finished %+v", f[1])
+	}
+}
