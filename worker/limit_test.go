@@ -122,3 +122,28 @@ func TestWorkerHonoursAPausedType(t *testing.T) {
 		t.Fatalf("after resume finished %+v", f[1])
 	}
 }
+
+// A bulk enqueue wakes the workers: with an hour's poll interval only its
+// notification can make the worker claim the batch.
+func TestWorkerWokenByABulkEnqueue(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, worker.Config{PollInterval: time.Hour})
+	h.define("mail", 3)
+	if err := worker.Register(h.w, "mail", func(ctx context.Context, _ worker.Job[json.RawMessage]) (any, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	testdb.WaitFor(t, "the worker to listen", func() bool {
+		return testdb.Scalar[int64](t, h.pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '-- name: WorkerListen %'`) == 1
+	})
+	res, err := jobs.EnqueueMany(h.ctx, h.pool, []jobs.EnqueueRequest{{JobType: "mail"}, {JobType: "mail"}, {JobType: "mail"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	h.waitFinished(3)
+}
