@@ -34,7 +34,8 @@ an org that is not a UUID, a run_at that is not RFC 3339) exits 2 naming
 its line number, and nothing is written. stdin (--from -) is copied to a
 temporary file first, up to --max-input-bytes.
 
-The lines then go in batches of up to 10,000, each one transaction: every
+The lines then go in batches of up to 10,000 (fewer when their payloads
+pass 16 MiB), each one transaction: every
 request keeps the single enqueue's semantics and gets its own result. A
 keyed request repeated gets the job it made ("existing"); the same key with
 another request is a conflict; an invalid request or a type that is missing
@@ -92,9 +93,12 @@ written; 1 other errors (batches committed before stay).`,
 				batch, lines = batch[:0], lines[:0]
 				return out.Flush()
 			}
+			held := 0 // payload bytes in batch
 			err = in.each(ctx, func(line int, req jobs.EnqueueRequest) error {
 				batch, lines = append(batch, req), append(lines, line)
-				if len(batch) == jobs.MaxEnqueueMany {
+				held += len(req.Payload)
+				if len(batch) == jobs.MaxEnqueueMany || held >= maxBulkBatchBytes {
+					held = 0
 					return flush()
 				}
 				return nil
@@ -109,6 +113,11 @@ written; 1 other errors (batches committed before stay).`,
 		}
 	},
 }
+
+// maxBulkBatchBytes ends a batch early once its payloads hold this many
+// bytes, so that the memory a batch takes stays bounded (10,000 lines of
+// up to 64 KiB would be 640 MiB).
+const maxBulkBatchBytes = 16 << 20
 
 // enqueueLine is one input line as decoded; a nil field was not given.
 type enqueueLine struct {

@@ -145,3 +145,31 @@ func testDefinitionsPause(t *testing.T, c *cli) {
 	wantError(t, c.want(t, 4, e, "definitions", "pause", "--type", "nope", "--json"), "not_found")
 	wantError(t, c.want(t, 2, e, "definitions", "resume", "--type", " ", "--json"), "validation")
 }
+
+// testEnqueueBulkBatches: an input over one batch (10,001 lines) is
+// enqueued in two batches, reported line by line in input order; run
+// again, every keyed line is existing.
+func testEnqueueBulkBatches(t *testing.T, c *cli) {
+	b := newBulkDB(t)
+	testdb.DefineType(t, b.pool, "email")
+	lines := make([]string, 10_001)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"type":"email","idempotency_key":"k%d"}`, i)
+	}
+	path := writeList(t, lines...)
+	out := c.want(t, 0, b.env, "enqueue-bulk", "--from", path, "--json", "--details")
+	got := jsonLines(t, out.stdout)
+	if len(got) != len(lines)+1 || !strings.HasPrefix(got[len(lines)-1], `{"line":10001,"result":"inserted"`) {
+		t.Fatalf("%d output lines, the last detail %s", len(got), got[len(got)-2])
+	}
+	if want := `{"outcome":"enqueue_bulk","requested":10001,"inserted":10001,"existing":0,"refused":0}`; got[len(got)-1] != want {
+		t.Fatalf("summary %s", got[len(got)-1])
+	}
+	out = c.want(t, 0, b.env, "enqueue-bulk", "--from", path, "--json")
+	if want := `{"outcome":"enqueue_bulk","requested":10001,"inserted":0,"existing":10001,"refused":0}`; strings.TrimSpace(out.stdout) != want {
+		t.Fatalf("rerun: %s", out.stdout)
+	}
+	if n := testdb.Count(t, b.pool, "job_queue"); n != 10_001 {
+		t.Fatalf("%d jobs", n)
+	}
+}

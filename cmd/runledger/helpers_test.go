@@ -50,6 +50,7 @@ var cliTests = []struct {
 	{"Requeue", testRequeue},
 	{"RequeueBulk", testRequeueBulk},
 	{"EnqueueBulk", testEnqueueBulk},
+	{"EnqueueBulkBatches", testEnqueueBulkBatches},
 	{"DefinitionsPause", testDefinitionsPause},
 	{"ExitCodes", testExitCodes},
 	{"InputLimitsExit2", testInputLimits},
