@@ -123,8 +123,15 @@ func testDefinitionsPause(t *testing.T, c *cli) {
 	if got := strings.TrimSpace(out.stdout); got != `{"outcome":"definition","job_type":"email","paused":true}` {
 		t.Fatalf("pause: %s", got)
 	}
-	c.enqueue(t, e, "--type", "email")
+	job := c.enqueue(t, e, "--type", "email")
 	claim := object(t, c.ok(t, e, "claim", "--worker", "w", "--json").stdout)
+	show := object(t, c.ok(t, e, "jobs", "show", str(t, job, "id"), "--json").stdout)
+	if string(show["job_type_paused"]) != "true" {
+		t.Fatalf("jobs show of a paused type's job: %v", keys(show))
+	}
+	if out := c.ok(t, e, "jobs", "show", str(t, job, "id")); !strings.Contains(out.stdout, "Job type email is paused") {
+		t.Fatalf("jobs show text: %s", out.stdout)
+	}
 	if string(claim["jobs"]) != "[]" {
 		t.Fatalf("claim of a paused type: %v", claim)
 	}
@@ -137,6 +144,9 @@ func testDefinitionsPause(t *testing.T, c *cli) {
 	}
 	if out := c.ok(t, e, "definitions", "resume", "--type", "email"); !strings.Contains(out.stdout, "email is not paused") {
 		t.Fatalf("resume text: %s", out.stdout)
+	}
+	if show := object(t, c.ok(t, e, "jobs", "show", str(t, job, "id"), "--json").stdout); show["job_type_paused"] != nil {
+		t.Fatalf("jobs show after resume: %v", keys(show))
 	}
 	claim = object(t, c.ok(t, e, "claim", "--worker", "w", "--json").stdout)
 	if string(claim["jobs"]) == "[]" {
