@@ -63,7 +63,10 @@ type EnqueueManyResult struct {
 // Two concurrent batches with overlapping keys insert their rows in
 // (tenant, type, key) order, so they wait for each other without
 // deadlocking; the one that waited then finds the other's jobs, as a
-// keyed Enqueue does.
+// keyed Enqueue does. Requests with a chosen JobID and no key are
+// inserted in input order: two batches naming the same ids in opposite
+// orders can deadlock, and PostgreSQL then fails one of them (transient,
+// nothing written; retry it).
 func EnqueueMany(ctx context.Context, pool *pgxpool.Pool, reqs []EnqueueRequest) ([]EnqueueManyResult, error) {
 	if len(reqs) > MaxEnqueueMany {
 		return nil, tooMany(len(reqs))
