@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/console"
 	"github.com/runledger-go/runledger/internal/testdb"
+	"github.com/runledger-go/runledger/jobs"
 )
 
 // TestRoutesAuthAndHeaders checks every route's answer without and with
@@ -227,5 +229,19 @@ func TestBulkReplayDryRunThenRun(t *testing.T) {
 	}
 	if n := testdb.Scalar[int64](t, f.pool, `SELECT count(*) FROM job_events WHERE event_type = 'ENQUEUED' AND payload->>'operator' = 'token'`); n != 2 {
 		t.Fatalf("%d ENQUEUED events name the operator, want 2", n)
+	}
+}
+
+// TestOverviewSaysATypeIsPaused: the overview marks a paused job type.
+func TestOverviewSaysATypeIsPaused(t *testing.T) {
+	f := newFixture(t)
+	if _, err := jobs.PauseType(context.Background(), f.pool, "charge"); err != nil {
+		t.Fatal(err)
+	}
+	srv := f.server(t, console.Options{})
+	resp, body := do(t, srv, "GET", "/", true, nil, nil)
+	wantCode(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, ">charge</a> (paused)</th>") || strings.Contains(body, ">email</a> (paused)") {
+		t.Fatalf("overview does not mark exactly the paused type: %.3000s", body)
 	}
 }

@@ -356,8 +356,10 @@ SELECT c.now::timestamptz AS now,
        coalesce(t.canceled, 0)::bigint AS canceled,
        coalesce(t.ran, 0)::bigint AS ran,
        coalesce(t.run_p50, 0)::float8 AS run_p50_seconds,
-       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds
+       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds,
+       coalesce(d.is_paused, false)::bool AS paused
 FROM clock c LEFT JOIN types t ON true
+LEFT JOIN job_definitions d ON d.job_type = t.job_type
 ORDER BY 2
 `
 
@@ -380,6 +382,7 @@ type JobStatsAllRow struct {
 	Ran                 int64
 	RunP50Seconds       float64
 	RunP95Seconds       float64
+	Paused              bool
 }
 
 // JobStatsAll is JobStatsTenant over every tenant, for an operator (on
@@ -412,6 +415,7 @@ func (q *Queries) JobStatsAll(ctx context.Context, db DBTX, arg JobStatsAllParam
 			&i.Ran,
 			&i.RunP50Seconds,
 			&i.RunP95Seconds,
+			&i.Paused,
 		); err != nil {
 			return nil, err
 		}
@@ -492,8 +496,10 @@ SELECT c.now::timestamptz AS now,
        coalesce(t.canceled, 0)::bigint AS canceled,
        coalesce(t.ran, 0)::bigint AS ran,
        coalesce(t.run_p50, 0)::float8 AS run_p50_seconds,
-       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds
+       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds,
+       coalesce(d.is_paused, false)::bool AS paused
 FROM clock c LEFT JOIN types t ON true
+LEFT JOIN job_definitions d ON d.job_type = t.job_type
 ORDER BY 2
 `
 
@@ -517,6 +523,7 @@ type JobStatsTenantRow struct {
 	Ran                 int64
 	RunP50Seconds       float64
 	RunP95Seconds       float64
+	Paused              bool
 }
 
 // Queue health and retention: the stats of the live queue and of a recent
@@ -547,7 +554,9 @@ type JobStatsTenantRow struct {
 // took 176 ms with a Gather, 19 ms without; docs/PERFORMANCE.md). It
 // always returns a row: a row with an empty job type carries only the
 // clock. The age is 0 without due jobs, and the run times 0 when none of
-// the window's jobs ran (ran counts those that did). No lock.
+// the window's jobs ran (ran counts those that did). paused says the
+// type's definition is paused (flow control; false without a definition).
+// No lock.
 func (q *Queries) JobStatsTenant(ctx context.Context, db DBTX, arg JobStatsTenantParams) ([]JobStatsTenantRow, error) {
 	rows, err := db.Query(ctx, jobStatsTenant, arg.OrganizationID, arg.JobType, arg.WindowSeconds)
 	if err != nil {
@@ -571,6 +580,7 @@ func (q *Queries) JobStatsTenant(ctx context.Context, db DBTX, arg JobStatsTenan
 			&i.Ran,
 			&i.RunP50Seconds,
 			&i.RunP95Seconds,
+			&i.Paused,
 		); err != nil {
 			return nil, err
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 const jobDefinitionGetByJobType = `-- name: JobDefinitionGetByJobType :one
-SELECT job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at FROM job_definitions WHERE job_type = $1
+SELECT job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at, is_paused FROM job_definitions WHERE job_type = $1
 `
 
 // JobDefinitionGetByJobType reads one job type's definition. No lock.
@@ -26,12 +26,13 @@ func (q *Queries) JobDefinitionGetByJobType(ctx context.Context, db DBTX, jobTyp
 		&i.IsEnabled,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.IsPaused,
 	)
 	return i, err
 }
 
 const jobDefinitionList = `-- name: JobDefinitionList :many
-SELECT job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at FROM job_definitions ORDER BY job_type
+SELECT job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at, is_paused FROM job_definitions ORDER BY job_type
 `
 
 // JobDefinitionList lists every job type, by name. No lock.
@@ -53,6 +54,7 @@ func (q *Queries) JobDefinitionList(ctx context.Context, db DBTX) ([]JobDefiniti
 			&i.IsEnabled,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.IsPaused,
 		); err != nil {
 			return nil, err
 		}
@@ -62,6 +64,37 @@ func (q *Queries) JobDefinitionList(ctx context.Context, db DBTX) ([]JobDefiniti
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobDefinitionSetPaused = `-- name: JobDefinitionSetPaused :one
+UPDATE job_definitions SET is_paused = $1 WHERE job_type = $2
+RETURNING job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at, is_paused
+`
+
+type JobDefinitionSetPausedParams struct {
+	IsPaused bool
+	JobType  string
+}
+
+// JobDefinitionSetPaused pauses or resumes one job type (flow control):
+// while is_paused, claims lease none of its jobs. The version is not a
+// setting's and stays; updated_at moves (trigger). No row when the type
+// has no definition. Waits for transactions that hold the row FOR SHARE.
+func (q *Queries) JobDefinitionSetPaused(ctx context.Context, db DBTX, arg JobDefinitionSetPausedParams) (JobDefinition, error) {
+	row := db.QueryRow(ctx, jobDefinitionSetPaused, arg.IsPaused, arg.JobType)
+	var i JobDefinition
+	err := row.Scan(
+		&i.JobType,
+		&i.Version,
+		&i.MaxAttempts,
+		&i.DefaultTimeoutSeconds,
+		&i.DefaultPriority,
+		&i.IsEnabled,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IsPaused,
+	)
+	return i, err
 }
 
 const jobDefinitionUpsert = `-- name: JobDefinitionUpsert :one
@@ -88,7 +121,7 @@ ON CONFLICT (job_type) DO UPDATE SET
                  COALESCE($4::int, d.default_priority),
                  COALESCE($5::bool, d.is_enabled))
         THEN 1 ELSE 0 END
-RETURNING job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at
+RETURNING job_type, version, max_attempts, default_timeout_seconds, default_priority, is_enabled, created_at, updated_at, is_paused
 `
 
 type JobDefinitionUpsertParams struct {
@@ -122,6 +155,7 @@ func (q *Queries) JobDefinitionUpsert(ctx context.Context, db DBTX, arg JobDefin
 		&i.IsEnabled,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.IsPaused,
 	)
 	return i, err
 }

@@ -145,6 +145,7 @@ candidates AS MATERIALIZED (
           AND jq.priority = priorities.priority
           AND jq.next_run_at <= now()
           AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
+          AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
           AND (
               jq.execution_resource_key IS NULL
               OR NOT EXISTS (
@@ -261,6 +262,9 @@ type JobClaimRow struct {
 // (one index descent each) and, within each, reads only the due jobs
 // (priority = p AND next_run_at <= now() is a range of idx_job_queue_claim),
 // so jobs scheduled for later are never read, however many there are.
+// Jobs of a paused type (job_definitions.is_paused) are never candidates:
+// they stay PENDING (passed over in the walk, so a large paused backlog
+// at a priority is read through) until the type is resumed.
 // Candidates are locked FOR UPDATE SKIP LOCKED: rows another transaction
 // holds (a concurrent claimer, a replay holding an existing replay) are
 // passed by. A candidate with an execution resource key is a candidate only
@@ -337,6 +341,7 @@ WITH candidates AS MATERIALIZED (
       AND jq.organization_id = $1
       AND jq.next_run_at <= now()
       AND (cardinality($2::text[]) = 0 OR jq.job_type = ANY($2::text[]))
+      AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
       AND (
           jq.execution_resource_key IS NULL
           OR NOT EXISTS (
@@ -417,6 +422,7 @@ type JobClaimTenantRow struct {
 }
 
 // JobClaimTenant is JobClaim for one tenant's jobs (@organization_id),
+// paused types left out as there,
 // routed to the tenant's shard on Citus, where the claim runs it tenant by
 // tenant. Without JobClaim's walk over the priorities (Citus refuses a
 // recursive CTE beside the statement's writes): it reads the tenant's
@@ -2482,6 +2488,7 @@ FROM job_queue jq
 WHERE jq.status = 'PENDING'
   AND jq.next_run_at <= now()
   AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
+  AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
 GROUP BY jq.organization_id
 ORDER BY max(jq.priority) DESC, min(jq.next_run_at)
 LIMIT $2
@@ -2493,8 +2500,9 @@ type JobListTenantsWithDueJobsParams struct {
 }
 
 // JobListTenantsWithDueJobs lists up to @max_tenants tenants that have
-// due PENDING jobs of the given types (all types when the array is empty),
-// the tenant of the most urgent due job first (priority, then due time).
+// due PENDING jobs of the given types (all types when the array is empty)
+// that are not paused, the tenant of the most urgent due job first
+// (priority, then due time).
 // It reads without a lock (on Citus: one query on every shard), so a tenant
 // listed may have no due job left by the time it is claimed from.
 func (q *Queries) JobListTenantsWithDueJobs(ctx context.Context, db DBTX, arg JobListTenantsWithDueJobsParams) ([]uuid.UUID, error) {

@@ -299,6 +299,7 @@ type JobDefinition struct {
 	IsEnabled             bool
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
+	IsPaused              bool
 }
 
 type JobEvent struct {

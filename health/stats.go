@@ -86,6 +86,9 @@ type Stats struct {
 type TypeStats struct {
 	// JobType is the job type ("" in Stats.Total).
 	JobType string
+	// Paused says the type is paused (jobs.PauseType): its due jobs wait
+	// and no worker claims them until it is resumed.
+	Paused bool
 	// PendingDue counts PENDING jobs whose next_run_at has come: the
 	// backlog workers should be taking.
 	PendingDue int64
@@ -155,7 +158,7 @@ func GetStats(ctx context.Context, q Querier, req StatsRequest) (Stats, error) {
 			continue
 		}
 		t := TypeStats{
-			JobType: r.JobType, PendingDue: r.PendingDue, PendingScheduled: r.PendingScheduled,
+			JobType: r.JobType, Paused: r.Paused, PendingDue: r.PendingDue, PendingScheduled: r.PendingScheduled,
 			Leased: r.Leased, ExpiredLeases: r.ExpiredLeases,
 			Succeeded: r.Succeeded, DeadLettered: r.DeadLettered, Canceled: r.Canceled,
 		}

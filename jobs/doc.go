@@ -54,10 +54,13 @@
 //   - Enqueue reads the job type's definition FOR SHARE, so a definition
 //     change waits for transactions that are enqueuing that type. A keyed
 //     enqueue that finds an existing job locks it FOR NO KEY UPDATE.
+//     EnqueueMany does both for a batch, inserting in (tenant, type, key)
+//     order so that batches with overlapping keys never wait in a cycle.
 //   - Claim locks due PENDING candidates FOR UPDATE SKIP LOCKED: rows
 //     another transaction holds (another claimer, a replay transaction
 //     holding its replay job, a keyed enqueue holding an existing job) are
-//     passed by, never waited on.
+//     passed by, never waited on. Jobs of a paused type (PauseType) are
+//     not candidates.
 //   - Complete, Fail and Cancel update one row (compare-and-set) and lock it
 //     until the transaction ends.
 //   - Reads take no locks.
@@ -68,7 +71,9 @@
 // enqueue is one round trip for every outcome (BEGIN, the insert, the
 // guarded lookup of the key's holder and COMMIT in one pipeline); in a
 // caller's transaction two (a SHOW of its isolation and access mode, then
-// the insert and the lookup). An unkeyed enqueue, a finish and a cancel
+// the insert and the lookup). EnqueueMany is two round trips whatever
+// the batch (the inserts; the lookups, events on Citus and COMMIT). An
+// unkeyed enqueue, a finish and a cancel
 // are one statement each, committing on its own when run on the pool.
 // Claim, lease recovery and workflow enqueue run their statements one by
 // one between a BEGIN and a COMMIT of their own.

@@ -27,7 +27,9 @@
 -- took 176 ms with a Gather, 19 ms without; docs/PERFORMANCE.md). It
 -- always returns a row: a row with an empty job type carries only the
 -- clock. The age is 0 without due jobs, and the run times 0 when none of
--- the window's jobs ran (ran counts those that did). No lock.
+-- the window's jobs ran (ran counts those that did). paused says the
+-- type's definition is paused (flow control; false without a definition).
+-- No lock.
 -- name: JobStatsTenant :many
 WITH clock AS MATERIALIZED (
     SELECT now() AS now, current_schema() AS serial_plan
@@ -96,8 +98,10 @@ SELECT c.now::timestamptz AS now,
        coalesce(t.canceled, 0)::bigint AS canceled,
        coalesce(t.ran, 0)::bigint AS ran,
        coalesce(t.run_p50, 0)::float8 AS run_p50_seconds,
-       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds
+       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds,
+       coalesce(d.is_paused, false)::bool AS paused
 FROM clock c LEFT JOIN types t ON true
+LEFT JOIN job_definitions d ON d.job_type = t.job_type
 ORDER BY 2;
 
 -- JobStatsAll is JobStatsTenant over every tenant, for an operator (on
@@ -173,8 +177,10 @@ SELECT c.now::timestamptz AS now,
        coalesce(t.canceled, 0)::bigint AS canceled,
        coalesce(t.ran, 0)::bigint AS ran,
        coalesce(t.run_p50, 0)::float8 AS run_p50_seconds,
-       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds
+       coalesce(t.run_p95, 0)::float8 AS run_p95_seconds,
+       coalesce(d.is_paused, false)::bool AS paused
 FROM clock c LEFT JOIN types t ON true
+LEFT JOIN job_definitions d ON d.job_type = t.job_type
 ORDER BY 2;
 
 -- JobPruneListTenants lists the tenants holding finished jobs of

@@ -36,3 +36,11 @@ SELECT * FROM job_definitions WHERE job_type = @job_type;
 -- JobDefinitionList lists every job type, by name. No lock.
 -- name: JobDefinitionList :many
 SELECT * FROM job_definitions ORDER BY job_type;
+
+-- JobDefinitionSetPaused pauses or resumes one job type (flow control):
+-- while is_paused, claims lease none of its jobs. The version is not a
+-- setting's and stays; updated_at moves (trigger). No row when the type
+-- has no definition. Waits for transactions that hold the row FOR SHARE.
+-- name: JobDefinitionSetPaused :one
+UPDATE job_definitions SET is_paused = @is_paused WHERE job_type = @job_type
+RETURNING *;

@@ -59,6 +59,14 @@ type run struct {
 	log      *slog.Logger
 	handlers map[string]handler
 	types    []string
+	// limits are the per-type concurrency limits (MaxConcurrent) below
+	// Concurrency; unlimited types are types minus these.
+	limits    map[string]int
+	unlimited []string
+	// limitHit: the last claim passed over a limited type at its limit,
+	// so a freed slot (perhaps that type's) is a reason to claim again.
+	// Only the fetcher uses it.
+	limitHit bool
 	// fp is the worker id's fingerprint, what log records name: the id
 	// itself fences the worker's writes and is kept out of logs.
 	fp string
@@ -80,6 +88,7 @@ type run struct {
 	mu     sync.Mutex
 	active map[uuid.UUID]*execution // leases held: running or awaiting their commit
 	free   int
+	inUse  map[string]int // slots held per limited type
 
 	handlersWG sync.WaitGroup
 	outcomes   chan *execution
@@ -126,13 +135,19 @@ type execution struct {
 	rewritten bool
 }
 
-func newRun(w *Worker, handlers map[string]handler, types []string) *run {
+func newRun(w *Worker, handlers map[string]handler, types []string, limits map[string]int) *run {
 	r := &run{
 		pool: w.pool, cfg: w.cfg, log: w.cfg.Logger, handlers: handlers, types: types, fp: Fingerprint(w.cfg.WorkerID),
+		limits: limits, inUse: map[string]int{},
 		wake: make(chan struct{}, 1), freed: make(chan struct{}, 1),
 		active: map[uuid.UUID]*execution{}, free: w.cfg.Concurrency,
 		outcomes: make(chan *execution, w.cfg.Concurrency+maxClaim),
 		drain:    make(chan struct{}), stopped: make(chan struct{}),
+	}
+	for _, t := range types {
+		if _, ok := limits[t]; !ok {
+			r.unlimited = append(r.unlimited, t)
+		}
 	}
 	return r
 }
@@ -256,11 +271,16 @@ func (r *run) fetch(stop <-chan struct{}) {
 		}
 		if !again {
 			t := time.NewTimer(r.cfg.PollInterval)
+			var freed <-chan struct{} // nil: never ready
+			if r.limitHit {
+				freed = r.freed
+			}
 			select {
 			case <-stop:
 				t.Stop()
 				return
 			case <-r.wake:
+			case <-freed:
 			case <-t.C:
 			}
 			t.Stop()
@@ -274,9 +294,7 @@ func (r *run) fetch(stop <-chan struct{}) {
 		// the leases it would take have ended.
 		sent := time.Now()
 		ctx, cancel := r.bounded(sent.Add(r.cfg.Lease))
-		claimed, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
-			WorkerID: r.cfg.WorkerID, JobTypes: r.types, Limit: min(free, maxClaim), Lease: r.cfg.Lease,
-		})
+		claimed, err := r.claim(ctx, free)
 		cancel()
 		if err != nil {
 			r.log.Warn("runledger worker: claim failed; retrying", "worker", r.fp, "err", err)
@@ -309,6 +327,53 @@ func (r *run) fetch(stop <-chan struct{}) {
 	}
 }
 
+// claim leases up to free jobs: without per-type limits, one claim of
+// every registered type; with them, first a claim of each limited type
+// that has free slots for at most as many (in type order), then one of
+// the unlimited types for the slots left. Each claim is a transaction of
+// its own; the jobs of the claims that succeeded are returned with the
+// first error, so that they are started (or handed back) rather than
+// left leased.
+func (r *run) claim(ctx context.Context, free int) ([]runledger.Job, error) {
+	free = min(free, maxClaim)
+	if len(r.limits) == 0 {
+		return jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
+			WorkerID: r.cfg.WorkerID, JobTypes: r.types, Limit: free, Lease: r.cfg.Lease,
+		})
+	}
+	var all []runledger.Job
+	r.limitHit = false
+	for _, t := range r.types {
+		limit, ok := r.limits[t]
+		if !ok || free == 0 {
+			continue
+		}
+		r.mu.Lock()
+		n := min(free, limit-r.inUse[t])
+		r.mu.Unlock()
+		if n <= 0 {
+			r.limitHit = true
+			continue
+		}
+		got, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
+			WorkerID: r.cfg.WorkerID, JobTypes: []string{t}, Limit: n, Lease: r.cfg.Lease,
+		})
+		if err != nil {
+			return all, err
+		}
+		all = append(all, got...)
+		free -= len(got)
+	}
+	if free > 0 && len(r.unlimited) > 0 {
+		got, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
+			WorkerID: r.cfg.WorkerID, JobTypes: r.unlimited, Limit: free, Lease: r.cfg.Lease,
+		})
+		all = append(all, got...)
+		return all, err
+	}
+	return all, nil
+}
+
 // waitFree waits until a handler slot is free and returns how many are;
 // 0 once stop is closed.
 func (r *run) waitFree(stop <-chan struct{}) int {
@@ -336,6 +401,9 @@ func (r *run) start(j runledger.Job, sent time.Time) {
 	e.ctx, e.cancel = context.WithCancelCause(r.handlerBase)
 	r.mu.Lock()
 	r.free--
+	if _, ok := r.limits[j.JobType]; ok {
+		r.inUse[j.JobType]++
+	}
 	r.active[j.ID] = e
 	r.mu.Unlock()
 	r.handlersWG.Add(1)
@@ -365,7 +433,7 @@ func (r *run) leaseMargin() time.Duration { return min(r.cfg.Lease/10, time.Seco
 // with the last one.
 func (r *run) release(e *execution) {
 	if e.holds.Add(-1) == 0 {
-		r.freeSlot()
+		r.freeSlot(e.job.JobType)
 	}
 }
 
@@ -516,10 +584,13 @@ func outputInvalid(what string, why error) *jobs.FailRequest {
 	return &jobs.FailRequest{Kind: runledger.FailureTerminal, ErrorCode: CodeOutputInvalid, ErrorMessage: clip(what + ": " + msg)}
 }
 
-// freeSlot returns a handler slot.
-func (r *run) freeSlot() {
+// freeSlot returns a handler slot of a job of jobType.
+func (r *run) freeSlot(jobType string) {
 	r.mu.Lock()
 	r.free++
+	if _, ok := r.limits[jobType]; ok {
+		r.inUse[jobType]--
+	}
 	r.mu.Unlock()
 	select {
 	case r.freed <- struct{}{}:

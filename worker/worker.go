@@ -7,7 +7,8 @@
 // # What a Worker does
 //
 //   - Claims only as many jobs as it has free handler slots
-//     (Config.Concurrency). A slot is taken from the claim until the
+//     (Config.Concurrency), and of a type registered with MaxConcurrent
+//     only as many as that type has free slots (a claim of its own). A slot is taken from the claim until the
 //     attempt's outcome is committed (or known lost), not only while the
 //     handler runs: the leases a worker holds (claimed, running, finished
 //     but not yet committed) never exceed Concurrency, and a worker whose
@@ -119,6 +120,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	handlers map[string]handler
+	limits   map[string]int // per-type concurrency limits (MaxConcurrent)
 	running  bool
 }
 
@@ -141,7 +143,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		c.Logger.Warn("runledger worker: the pool allows fewer connections than a worker uses at once; claims and commits will wait for each other",
 			"max_conns", n, "worker", Fingerprint(c.WorkerID))
 	}
-	return &Worker{pool: pool, cfg: c, handlers: map[string]handler{}}, nil
+	return &Worker{pool: pool, cfg: c, handlers: map[string]handler{}, limits: map[string]int{}}, nil
 }
 
 // Fingerprint is the short form of a worker id that the worker's log
@@ -157,14 +159,24 @@ func Fingerprint(workerID string) string {
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
 // Register makes w run jobs of jobType with h, their payload decoded from
-// JSON into T. It must be called before Run; a job type registered twice,
-// or blank, is an error.
-func Register[T any](w *Worker, jobType string, h Handler[T]) error {
+// JSON into T, with the options given (MaxConcurrent). It must be called
+// before Run; a job type registered twice, or blank, or an invalid option
+// is an error.
+func Register[T any](w *Worker, jobType string, h Handler[T], opts ...Option) error {
 	if h == nil {
 		return errors.New("worker: nil handler")
 	}
 	if validate.Text(jobType, 255) != validate.OK {
 		return fmt.Errorf("worker: job type %q is blank, too long or not clean UTF-8", jobType)
+	}
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
+			return errors.New("worker: nil option")
+		}
+		if err := opt(&o); err != nil {
+			return err
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -175,7 +187,35 @@ func Register[T any](w *Worker, jobType string, h Handler[T]) error {
 		return fmt.Errorf("worker: job type %q is already registered", jobType)
 	}
 	w.handlers[jobType] = erase(h)
+	if o.maxConcurrent > 0 {
+		w.limits[jobType] = o.maxConcurrent
+	}
 	return nil
+}
+
+// Option is a per-type setting of Register.
+type Option func(*options) error
+
+type options struct {
+	maxConcurrent int
+}
+
+// MaxConcurrent bounds how many jobs of the registered type this worker
+// holds at once (claimed, running, or finished and not yet committed: the
+// same slots Config.Concurrency counts) to n, at least 1. The worker
+// claims no more of the type than it has free slots for it, so a slow or
+// stuck type takes at most n of the worker's Config.Concurrency slots and
+// the other types keep the rest. A limit at or above Config.Concurrency
+// changes nothing. The bound is per worker: several workers may each hold
+// n.
+func MaxConcurrent(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: MaxConcurrent(%d): want at least 1", errConfig, n)
+		}
+		o.maxConcurrent = n
+		return nil
+	}
 }
 
 // Run runs jobs until ctx ends, then shuts down gracefully (see the
@@ -200,6 +240,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		handlers[t] = h
 		types = append(types, t)
 	}
+	limits := make(map[string]int, len(w.limits))
+	for t, n := range w.limits {
+		if n < w.cfg.Concurrency {
+			limits[t] = n
+		}
+	}
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
@@ -207,5 +253,5 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 	sort.Strings(types)
-	return newRun(w, handlers, types).run(ctx)
+	return newRun(w, handlers, types, limits).run(ctx)
 }

@@ -30,7 +30,10 @@ var commands = []*command{
 	migrateStatusCmd,
 	migrateVersionCmd,
 	definitionsUpsertCmd,
+	definitionsPauseCmd,
+	definitionsResumeCmd,
 	enqueueCmd,
+	enqueueBulkCmd,
 	claimCmd,
 	completeCmd,
 	failCmd,
@@ -50,7 +53,7 @@ var commands = []*command{
 // `runledger help migrate` prints the text and the group's commands.
 var groups = map[string]string{
 	"migrate":     "Apply, roll back and inspect the database schema (the goose migrations embedded in the binary).",
-	"definitions": "Manage job types: the defaults and the enabled switch every job of a type starts from.",
+	"definitions": "Manage job types: the defaults and the enabled switch every job of a type starts from, and pausing its claims.",
 	"jobs":        "Read jobs: a job's record, history and replay lineage.",
 }
 

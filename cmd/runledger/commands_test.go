@@ -107,7 +107,7 @@ func testDefinitionsUpsert(t *testing.T, c *cli) {
 	e := db(t)
 	out := c.ok(t, e, "definitions", "upsert", "--type", "send_invoice", "--max-attempts", "3", "--timeout-seconds", "60", "--priority", "-5", "--json")
 	d := sub(t, object(t, out.stdout), "definition")
-	wantKeys(t, "definition", d, "job_type", "version", "max_attempts", "default_timeout_seconds", "default_priority", "enabled", "created_at", "updated_at")
+	wantKeys(t, "definition", d, "job_type", "version", "max_attempts", "default_timeout_seconds", "default_priority", "enabled", "paused", "created_at", "updated_at")
 	if str(t, d, "job_type") != "send_invoice" || num(t, d, "version") != 1 || num(t, d, "max_attempts") != 3 ||
 		num(t, d, "default_timeout_seconds") != 60 || num(t, d, "default_priority") != -5 || string(d["enabled"]) != "true" {
 		t.Fatalf("definition = %v", d)

@@ -20,7 +20,7 @@ and replays.
 
 Output (--json):
   {"definition":{"job_type":"T","version":1,"max_attempts":8,"default_timeout_seconds":900,
-   "default_priority":100,"enabled":true,"created_at":"...","updated_at":"..."}}
+   "default_priority":100,"enabled":true,"paused":false,"created_at":"...","updated_at":"..."}}
 
 Exit codes: 0 done; 2 invalid input (blank type, non-positive attempts or
 timeout); 1 other errors.`,

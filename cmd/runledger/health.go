@@ -82,6 +82,7 @@ type countsResult struct {
 
 type typeStatsResult struct {
 	JobType string `json:"job_type"`
+	Paused  bool   `json:"paused"`
 	countsResult
 	RunTimeP50Seconds *float64 `json:"run_time_p50_seconds"`
 	RunTimeP95Seconds *float64 `json:"run_time_p95_seconds"`
@@ -105,7 +106,7 @@ func newCounts(t health.TypeStats) countsResult {
 func newStatsResult(st health.Stats, org *uuid.UUID) statsResult {
 	r := statsResult{At: st.At, WindowSeconds: st.Window.Seconds(), OrganizationID: org, Types: []typeStatsResult{}, Totals: newCounts(st.Total)}
 	for _, t := range st.Types {
-		r.Types = append(r.Types, typeStatsResult{JobType: t.JobType, countsResult: newCounts(t),
+		r.Types = append(r.Types, typeStatsResult{JobType: t.JobType, Paused: t.Paused, countsResult: newCounts(t),
 			RunTimeP50Seconds: secondsOf(t.RunTimeP50), RunTimeP95Seconds: secondsOf(t.RunTimeP95)})
 	}
 	return r
@@ -132,7 +133,11 @@ func (r statsResult) text(w io.Writer) {
 			ageText(p50), ageText(p95))
 	}
 	for _, t := range r.Types {
-		line(t.JobType, t.countsResult, t.RunTimeP50Seconds, t.RunTimeP95Seconds)
+		name := t.JobType
+		if t.Paused {
+			name += " (paused)"
+		}
+		line(name, t.countsResult, t.RunTimeP50Seconds, t.RunTimeP95Seconds)
 	}
 	if len(r.Types) > 1 {
 		line("(all)", r.Totals, nil, nil)

@@ -54,7 +54,7 @@ func testStats(t *testing.T, c *cli) {
 	if len(types) != 2 || str(t, types[0], "job_type") != "mail" || str(t, types[1], "job_type") != "sync" {
 		t.Fatalf("types %v", types)
 	}
-	wantKeys(t, "a type", types[0], "canceled", "dead_lettered", "expired_leases", "job_type", "leased", "oldest_due_age_seconds",
+	wantKeys(t, "a type", types[0], "canceled", "dead_lettered", "expired_leases", "job_type", "leased", "oldest_due_age_seconds", "paused",
 		"pending_due", "pending_scheduled", "run_time_p50_seconds", "run_time_p95_seconds", "succeeded")
 	for key, want := range map[string]int64{"pending_due": 4, "pending_scheduled": 2, "leased": 0, "succeeded": 2, "run_time_p50_seconds": 2} {
 		if got := num(t, types[0], key); got != want {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/requeue"
 )
@@ -92,16 +94,31 @@ func showJob(ctx context.Context, pool *pgxpool.Pool, req jobs.DetailRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return &jobView{d}, nil
+	v := &jobView{Detail: d}
+	// Whether the job's type is paused (flow control) says why a due job
+	// waits. A type without a definition is simply not paused.
+	def, err := jobs.GetDefinition(ctx, pool, d.Job.JobType)
+	switch {
+	case err == nil:
+		v.JobTypePaused = def.Paused
+	case !errors.Is(err, runledger.CodeDefinitionMissing):
+		return nil, err
+	}
+	return v, nil
 }
 
 // jobView is the output of jobs show: the detail's JSON, and its text.
+// job_type_paused is added, true, while the job's type is paused.
 type jobView struct {
 	jobs.Detail
+	JobTypePaused bool `json:"job_type_paused,omitempty"`
 }
 
 func (v *jobView) text(w io.Writer) {
 	writeJob(w, v.Job, "")
+	if v.JobTypePaused {
+		fmt.Fprintf(w, "\nJob type %s is paused: workers claim none of its jobs until 'runledger definitions resume --type %s'.\n", v.Job.JobType, v.Job.JobType)
+	}
 	if v.MoreEvents && len(v.Events) > 0 {
 		fmt.Fprintf(w, "\nEvents (the newest %d; older ones exist: --events-before %d):\n", len(v.Events), v.Events[0].ID)
 	} else {

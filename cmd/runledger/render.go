@@ -125,6 +125,9 @@ func writeDefinition(w io.Writer, d jobs.Definition) {
 	if !d.Enabled {
 		state = "disabled"
 	}
+	if d.Paused {
+		state += ", paused"
+	}
 	fmt.Fprintf(w, "job type %s, version %d: %s, max attempts %d, timeout %ds, default priority %d (updated %s)\n",
 		d.JobType, d.Version, state, d.MaxAttempts, d.DefaultTimeoutSeconds, d.DefaultPriority, humanTime(d.UpdatedAt))
 }

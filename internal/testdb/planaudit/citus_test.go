@@ -45,6 +45,7 @@ var (
 		"JobCompleteMany":  {"JobCompleteManyRouted", "JobEventSucceededMany"},
 		"JobFailMany":      {"JobFailManyRouted", "JobEventFailedMany"},
 		"JobHeartbeatMany": {"JobHeartbeatManyRouted", "JobEventProgressMany"}, // the events only when an entry records progress
+		"JobEnqueueMany":   {"JobEnqueueManyRouted", "JobEventEnqueuedMany"},   // one tenant at a time
 	}
 )
 
@@ -62,6 +63,7 @@ var subplanned = map[string]string{
 	"JobRequeue":                    "the target locked FOR NO KEY UPDATE first; " + updateThenEvents,
 	"JobRequeueBulk":                "the targets locked FOR NO KEY UPDATE first; " + updateThenEvents,
 	"JobClaimTenantKeyed":           "the candidates locked FOR UPDATE SKIP LOCKED by JobClaimTenant before it; the resource claims' key refuses a second holder; the lease is written from the claims it took",
+	"JobEnqueueManyRouted":          "the definitions share-locked and the input read in its first steps; the insert's keys refuse a duplicate; its events are written by JobEventEnqueuedMany from the rows it returned",
 	"JobEnqueue":                    "the definition share-locked first; the insert's keys refuse a duplicate; its event is written from the insert's rows",
 	"JobReplayInsert":               "the source locked FOR NO KEY UPDATE and the definition share-locked first; the lineage key refuses a second replay (a race the lock loop retries); the job, event and lineage are written from the earlier steps' rows",
 	"JobReplayBulkInsert":           "the sources locked by JobReplayBulkLockSources before it, the definitions share-locked in its first steps; the lineage key refuses a second replay; every insert is written from the earlier steps' rows",
