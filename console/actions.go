@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -174,4 +175,56 @@ func (c *console) cancelAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.answer(w, r, http.StatusOK, id, outcome{Text: fmt.Sprintf("Canceled at run %d.", job.RunNumber)})
 	}
+}
+
+// typeAction pauses or resumes a job type ("/types/{type}/pause" or
+// "/resume") and shows the overview with the type's state as the
+// definition now stores it (the overview's other figures are the cached
+// Stats read). A pause stops every tenant's claims of the type, so a
+// console scoped to one tenant refuses it (403). The operator is logged:
+// a definition has no history of its own to record it in.
+func (c *console) typeAction(w http.ResponseWriter, r *http.Request) {
+	change := r.PathValue("change")
+	if change != "pause" && change != "resume" {
+		c.render(w, r, http.StatusNotFound, "error", "No such page.")
+		return
+	}
+	if c.opts.Scope != nil {
+		c.render(w, r, http.StatusForbidden, "error",
+			"This console is limited to one tenant; pausing a job type stops it for every tenant.")
+		return
+	}
+	jobType := r.PathValue("type")
+	set := jobs.PauseType
+	if change == "resume" {
+		set = jobs.ResumeType
+	}
+	def, err := set(r.Context(), c.pool, jobType)
+	if err != nil {
+		var e *runledger.Error
+		if errors.As(err, &e) && e.Category == runledger.CategoryNotFound {
+			c.render(w, r, http.StatusNotFound, "error", "No such job type.")
+			return
+		}
+		c.fail(w, r, err)
+		return
+	}
+	c.log.Info("console: job type "+change+"d", "job_type", def.JobType, "paused", def.Paused, "operator", operatorOf(r.Context()))
+	st, err := c.stats.Stats(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	types := slices.Clone(st.Types)
+	for i := range types {
+		if types[i].JobType == def.JobType {
+			types[i].Paused = def.Paused
+		}
+	}
+	st.Types = types
+	text := fmt.Sprintf("Job type %s is paused: workers stop claiming it within one poll interval; its jobs stay PENDING and enqueues are accepted.", def.JobType)
+	if !def.Paused {
+		text = fmt.Sprintf("Job type %s is resumed: workers claim its due jobs again.", def.JobType)
+	}
+	c.renderOutcome(w, r, http.StatusOK, "overview", outcome{Text: text}, overviewView{Stats: st})
 }

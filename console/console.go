@@ -140,6 +140,7 @@ func (c *console) routes() http.Handler {
 	mux.Handle("POST /jobs/{id}/requeue", c.action(c.requeueAction))
 	mux.Handle("POST /jobs/{id}/cancel", c.action(c.cancelAction))
 	mux.Handle("POST /bulk/{kind}", c.action(c.bulkAction))
+	mux.Handle("POST /types/{type}/{change}", c.action(c.typeAction))
 
 	return secure(http.NewCrossOriginProtection().Handler(mux))
 }

@@ -245,3 +245,51 @@ func TestOverviewSaysATypeIsPaused(t *testing.T) {
 		t.Fatalf("overview does not mark exactly the paused type: %.3000s", body)
 	}
 }
+
+// TestTypePauseAndResume: the overview's Pause and Resume buttons pause
+// and resume a job type for every tenant; a read-only console and a
+// console scoped to one tenant refuse them (403) and change nothing; an
+// unknown type is 404.
+func TestTypePauseAndResume(t *testing.T) {
+	f := newFixture(t)
+	paused := func() bool {
+		return testdb.Scalar[bool](t, f.pool, `SELECT is_paused FROM job_definitions WHERE job_type = 'email'`)
+	}
+	srv := f.server(t, console.Options{})
+	resp, body := do(t, srv, "GET", "/", true, nil, nil)
+	wantCode(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, `aria-label="Pause email"`) {
+		t.Fatalf("overview has no Pause button for email: %.2000s", body)
+	}
+
+	resp, body = do(t, srv, "POST", "/types/email/pause", true, map[string]string{}, nil)
+	wantCode(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, "Job type email is paused") || !strings.Contains(body, `aria-label="Resume email"`) || !paused() {
+		t.Fatalf("after pause: paused=%v, page %.2000s", paused(), body)
+	}
+	resp, body = do(t, srv, "POST", "/types/email/resume", true, map[string]string{}, nil)
+	wantCode(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, "Job type email is resumed") || paused() {
+		t.Fatalf("after resume: paused=%v, page %.2000s", paused(), body)
+	}
+
+	resp, body = do(t, srv, "POST", "/types/no-such-type/pause", true, map[string]string{}, nil)
+	wantCode(t, resp, body, http.StatusNotFound)
+
+	for name, opts := range map[string]console.Options{
+		"read-only": {ReadOnly: true},
+		"scoped":    {Scope: testdb.Ptr(runledger.Organization(f.orgA))},
+	} {
+		srv := f.server(t, opts)
+		resp, body := do(t, srv, "GET", "/", true, nil, nil)
+		wantCode(t, resp, body, http.StatusOK)
+		if strings.Contains(body, `aria-label="Pause email"`) {
+			t.Errorf("%s console shows a Pause button", name)
+		}
+		resp, body = do(t, srv, "POST", "/types/email/pause", true, map[string]string{}, nil)
+		wantCode(t, resp, body, http.StatusForbidden)
+		if paused() {
+			t.Fatalf("%s console paused the type", name)
+		}
+	}
+}

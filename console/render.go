@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/runledger-go/runledger"
@@ -67,6 +68,8 @@ func loadPages() (*pages, error) {
 		"timePtr":  formatTimePtr,
 		"json":     formatJSON,
 		"duration": formatDuration,
+		// segment escapes a value for one path segment ("a/b" stays one).
+		"segment": url.PathEscape,
 	}
 	p := &pages{byName: map[string]*template.Template{}}
 	for _, name := range pageNames {
