@@ -32,6 +32,10 @@ func jsonEqual(a, b []byte) bool {
 	return reflect.DeepEqual(x, y)
 }
 
+// ValidateRef checks a scope and schedule name without touching the
+// database: job.organization_invalid, schedule.name_invalid.
+func ValidateRef(scope runledger.Scope, name string) error { return checkRef(scope, name) }
+
 func checkRef(scope runledger.Scope, name string) error {
 	if err := validate.Scope(scope); err != nil {
 		return err
