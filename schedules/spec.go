@@ -130,14 +130,36 @@ func parseSpec(expr, tz string) (spec, error) {
 	return out, nil
 }
 
+// starBit marks a robfig/cron field written as "*".
+const starBit = 1 << 63
+
 // next is the first tick strictly after t (never when there is none), in
-// UTC, whole seconds.
+// UTC, whole seconds. When the zone's clocks go back and an hour occurs
+// twice, a tick of an expression with a fixed hour field fires in the
+// first occurrence only (like cron: "30 2 * * *" once, not at 02:30
+// summer time and again at 02:30 winter time); an hour field of "*"
+// fires in both, every hour being wanted. A wall-clock time that does not
+// exist (clocks going forward) is skipped that day.
 func (s spec) next(t time.Time) time.Time {
-	n := s.s.Next(t)
-	if n.IsZero() {
-		return never
+	for {
+		n := s.s.Next(t)
+		if n.IsZero() {
+			return never
+		}
+		if s.s.Hour&starBit == 0 && repeatedWallClock(n, s.s.Location) {
+			t = n
+			continue
+		}
+		return n.UTC()
 	}
-	return n.UTC()
+}
+
+// repeatedWallClock reports whether n's wall-clock time in loc already
+// occurred one hour earlier: n lies in the second pass of an hour the
+// clocks went back over.
+func repeatedWallClock(n time.Time, loc *time.Location) bool {
+	a, b := n.In(loc), n.Add(-time.Hour).In(loc)
+	return a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
 }
 
 // atOrAfter is the first tick at or after t.

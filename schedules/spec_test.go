@@ -32,6 +32,34 @@ func TestSpecAcrossDST(t *testing.T) {
 			t.Errorf("next after %s = %s, want %s", c.after, got, c.want)
 		}
 	}
+	// 02:30 does not exist on 2026-03-29 in Berlin (skipped), and occurs
+	// twice on 2026-10-25 (fired once, in summer time); an hour field of
+	// "*" fires in both passes of the repeated hour.
+	night := mustSpec(t, "30 2 * * *", "Europe/Berlin")
+	for _, c := range []struct {
+		after string
+		want  []string
+	}{
+		{"2026-03-28T00:00:00Z", []string{"2026-03-28T01:30:00Z", "2026-03-30T00:30:00Z"}},
+		{"2026-10-24T00:00:00Z", []string{"2026-10-24T00:30:00Z", "2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+	} {
+		at, _ := time.Parse(time.RFC3339, c.after)
+		for _, want := range c.want {
+			at = night.next(at)
+			if got := at.Format(time.RFC3339); got != want {
+				t.Errorf("02:30 Berlin: got %s, want %s", got, want)
+			}
+		}
+	}
+	hourly := mustSpec(t, "30 * * * *", "Europe/Berlin")
+	at, _ := time.Parse(time.RFC3339, "2026-10-25T00:00:00Z")
+	for _, want := range []string{"2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z", "2026-10-25T02:30:00Z"} {
+		at = hourly.next(at)
+		if got := at.Format(time.RFC3339); got != want {
+			t.Errorf("hourly over the repeated hour: got %s, want %s", got, want)
+		}
+	}
+
 	// The same expression in UTC ignores the change.
 	utc := mustSpec(t, "0 9 * * *", "")
 	after, _ := time.Parse(time.RFC3339, "2026-03-28T12:00:00Z")
