@@ -10,8 +10,10 @@
 // skew between the machines. The worker runtime calls FireDue at its poll
 // interval; nothing elects a leader.
 //
-// Every function that touches the database comes in the pair X (own READ
+// The operations of several statements come in the pair X (own READ
 // COMMITTED transaction) and XTx (inside the caller's transaction, never
-// committed or rolled back here) and is scoped to one tenant, except
-// FireDue, which serves every tenant (on Citus tenant by tenant).
+// committed or rolled back here): Upsert, Pause, Resume, FireDue. The
+// single statements (Get, List, Delete) take a jobs.Querier: a pool or a
+// transaction. Every operation is scoped to one tenant, except FireDue,
+// which serves every tenant (on Citus tenant by tenant).
 package schedules

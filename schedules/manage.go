@@ -16,6 +16,7 @@ import (
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
+	"github.com/runledger-go/runledger/jobs"
 )
 
 // jsonEqual compares two JSON texts as values (numbers by their text, so
@@ -47,9 +48,10 @@ func notFound(scope runledger.Scope, name string) error {
 	return errNotFound.Newf("no schedule %q in scope %s", name, scope)
 }
 
-// Get reads the schedule named name in scope, without a lock. A schedule
+// Get reads the schedule named name in scope, without a lock, on q (a
+// pool, a connection or a transaction). A schedule
 // of another scope is not found (schedule.not_found).
-func Get(ctx context.Context, q db.DBTX, scope runledger.Scope, name string) (Schedule, error) {
+func Get(ctx context.Context, q jobs.Querier, scope runledger.Scope, name string) (Schedule, error) {
 	if err := checkRef(scope, name); err != nil {
 		return Schedule{}, err
 	}
@@ -65,7 +67,7 @@ func Get(ctx context.Context, q db.DBTX, scope runledger.Scope, name string) (Sc
 
 // List returns the schedules of scope by name, at most limit (1 to 1000,
 // else schedule.limit_invalid), without a lock. None is an empty slice.
-func List(ctx context.Context, q db.DBTX, scope runledger.Scope, limit int) ([]Schedule, error) {
+func List(ctx context.Context, q jobs.Querier, scope runledger.Scope, limit int) ([]Schedule, error) {
 	if err := validate.Scope(scope); err != nil {
 		return nil, err
 	}
@@ -156,9 +158,10 @@ func setActiveQ(ctx context.Context, q db.DBTX, scope runledger.Scope, name stri
 	return scheduleOf(r), nil
 }
 
-// Delete removes the schedule and returns it as it was. It waits for a
-// firer holding it; jobs it fired stay.
-func Delete(ctx context.Context, q db.DBTX, scope runledger.Scope, name string) (Schedule, error) {
+// Delete removes the schedule and returns it as it was, in one statement
+// on q (a pool, or the caller's transaction). It waits for a firer
+// holding it; jobs it fired stay.
+func Delete(ctx context.Context, q jobs.Querier, scope runledger.Scope, name string) (Schedule, error) {
 	if err := checkRef(scope, name); err != nil {
 		return Schedule{}, err
 	}

@@ -190,14 +190,20 @@ func Upsert(ctx context.Context, pool *pgxpool.Pool, req UpsertRequest) (UpsertR
 	})
 }
 
-// UpsertTx is Upsert inside the caller's transaction (READ COMMITTED, so
-// that a concurrent insert of the same name is seen after ON CONFLICT).
+// UpsertTx is Upsert inside the caller's transaction, which it never
+// commits or rolls back. The transaction must be read-write READ
+// COMMITTED (else schedule.unsupported_isolation, nothing done), so that
+// an insert that met a concurrent one of the same name finds it.
 func UpsertTx(ctx context.Context, tx pgx.Tx, req UpsertRequest) (UpsertResult, error) {
 	sp, err := req.check()
 	if err != nil {
 		return UpsertResult{}, err
 	}
-	return upsert(ctx, txn.Join(tx, "schedule upsert").DB(), req, sp)
+	s := txn.Join(tx, "schedule upsert")
+	if err := txn.CheckCallerTx(ctx, s, "schedule upsert", errUnsupportedIsolation); err != nil {
+		return UpsertResult{}, err
+	}
+	return upsert(ctx, s.DB(), req, sp)
 }
 
 func upsert(ctx context.Context, q db.DBTX, req UpsertRequest, sp spec) (UpsertResult, error) {

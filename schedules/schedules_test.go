@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
@@ -222,5 +223,62 @@ func TestFireTickOnceWithConcurrentFirers(t *testing.T) {
 	mark, _ := payload["schedule"].(map[string]any)
 	if payload["x"] != true || mark["name"] != "tick" || key != "schedule:tick:"+mark["tick"].(string) {
 		t.Errorf("job key %q payload %v", key, payload)
+	}
+}
+
+// TestUpsertTxRefusesOtherIsolation: UpsertTx runs only in a read-write
+// READ COMMITTED transaction, and writes nothing otherwise.
+func TestUpsertTxRefusesOtherIsolation(t *testing.T) {
+	ctx, pool := setup(t)
+	req := schedules.UpsertRequest{Scope: runledger.Global(), Name: "rr", Cron: "* * * * *", JobType: "report"}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = schedules.UpsertTx(ctx, tx, req)
+	testdb.WantCode(t, err, schedules.CodeUnsupportedIsolation)
+	_ = tx.Rollback(ctx)
+	tx = testdb.Begin(t, ctx, pool)
+	if res, err := schedules.UpsertTx(ctx, tx, req); err != nil || res.Disposition != schedules.Inserted {
+		t.Fatalf("upsert in READ COMMITTED: %+v %v", res, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := testdb.Count(t, pool, "job_schedules"); n != 1 {
+		t.Errorf("%d schedules", n)
+	}
+}
+
+// TestUpsertRacesAnInsertOfTheSameName: an upsert whose insert meets an
+// uncommitted insert of the same name waits for it, then finds the row
+// and compares: the same request is unchanged, never a second row or an
+// error.
+func TestUpsertRacesAnInsertOfTheSameName(t *testing.T) {
+	ctx, pool := setup(t)
+	req := schedules.UpsertRequest{Scope: runledger.Organization(uuid.New()), Name: "race", Cron: "0 * * * *", JobType: "report"}
+	tx := testdb.Begin(t, ctx, pool)
+	if res, err := schedules.UpsertTx(ctx, tx, req); err != nil || res.Disposition != schedules.Inserted {
+		t.Fatalf("first: %+v %v", res, err)
+	}
+	type out struct {
+		res schedules.UpsertResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := schedules.Upsert(ctx, pool, req)
+		done <- out{res, err}
+	}()
+	testdb.WaitBlocked(t, pool, 0)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.res.Disposition != schedules.Unchanged {
+		t.Fatalf("second: %+v %v", got.res, got.err)
+	}
+	if n := testdb.Count(t, pool, "job_schedules"); n != 1 {
+		t.Errorf("%d schedules", n)
 	}
 }

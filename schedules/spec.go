@@ -60,6 +60,9 @@ const (
 	CodeJitterInvalid   runledger.Code = "schedule.jitter_invalid"
 	CodeMissedInvalid   runledger.Code = "schedule.missed_invalid"
 	CodeLimitInvalid    runledger.Code = "schedule.limit_invalid"
+	// CodeUnsupportedIsolation: UpsertTx in a transaction that is not
+	// read-write READ COMMITTED.
+	CodeUnsupportedIsolation runledger.Code = "schedule.unsupported_isolation"
 )
 
 var (
@@ -76,7 +79,9 @@ var (
 	errJitter = errs.Validation(CodeJitterInvalid, "Jitter must be whole seconds from 0 to 24h.")
 	errMissed = errs.Validation(CodeMissedInvalid,
 		"Missed policy must be latest, skip or all, and missed max from 1 to 1000.")
-	errLimit = errs.Validation(CodeLimitInvalid, "Limit must be between 1 and 1000.")
+	errLimit                = errs.Validation(CodeLimitInvalid, "Limit must be between 1 and 1000.")
+	errUnsupportedIsolation = errs.Validation(CodeUnsupportedIsolation,
+		"Schedule upsert requires a read-write READ COMMITTED transaction.")
 )
 
 // parser reads five fields (minute hour day-of-month month day-of-week) or
