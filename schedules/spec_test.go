@@ -129,7 +129,8 @@ func TestJitterIsStableAndBounded(t *testing.T) {
 	if len(seen) < 4 {
 		t.Errorf("jitter takes only %d values", len(seen))
 	}
-	if jitterOf("s", tick, 5) != jitterOf("s", tick, 5) || jitterOf("s", tick, 0) != 0 {
+	first := jitterOf("s", tick, 5)
+	if again := jitterOf("s", tick, 5); again != first || jitterOf("s", tick, 0) != 0 {
 		t.Error("jitter is not a function of name and tick")
 	}
 }

@@ -16,6 +16,9 @@ const scheduleBatch = 100
 // round fired a job (it is due now, or at its jitter). A schedule that
 // cannot fire is logged once per cursor, not at every round.
 func (r *run) fireSchedules(ctx context.Context) {
+	if len(r.types) == 0 {
+		return // an empty filter would fire every type's schedules
+	}
 	reported := map[string]time.Time{}
 	for {
 		for {
