@@ -12,8 +12,8 @@ import (
 
 // TestFireDueRoundTrips pins what a firing round costs on one server: 5
 // round trips (BEGIN, the clock, the claim, the blocked report, COMMIT)
-// plus 3 per schedule fired (the enqueue's isolation check and its
-// pipelined insert and lookup, the cursor's update), and 5 for a round
+// plus, for a schedule firing one tick, 3 (the enqueue's isolation check,
+// its pipelined insert and lookup, the cursor's update); 5 for a round
 // with nothing due.
 func TestFireDueRoundTrips(t *testing.T) {
 	if testdb.Citus() {
