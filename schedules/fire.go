@@ -85,10 +85,12 @@ type FireResult struct {
 // Due schedules whose definition is missing or disabled are not claimed:
 // they are listed in FireResult.Blocked (up to req.Limit, read without a
 // lock) and keep their cursor, so they fire by their missed policy once
-// the type is enabled again. The same holds for a claimed schedule whose
-// enqueue finds the definition gone meanwhile, or whose stored
-// expression this machine cannot read. A tick whose key a different job
-// holds is reported as Blocked and passed. On Citus the claim goes tenant
+// the type is enabled again. A claimed schedule whose enqueue finds the
+// definition gone meanwhile is reported too, its cursor stopped at the
+// tick that could not fire (the ticks before it fired); one whose stored
+// expression or zone this machine cannot read is reported and keeps its
+// cursor. A tick whose key a job enqueued with another request holds is
+// reported as Blocked and passed: it never makes a second job. On Citus the claim goes tenant
 // by tenant (the tenants with due schedules, most overdue first, then a
 // claim routed to each); across tenants the oldest cursor is not
 // guaranteed first. A failed COMMIT matches runledger.ErrCommitUnconfirmed:

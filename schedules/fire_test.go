@@ -216,3 +216,26 @@ func TestFireJitterAndPriority(t *testing.T) {
 		t.Errorf("run at %s (tick %s), priority %d", runAt, tick, prio)
 	}
 }
+
+// TestFireTickKeyHeldByAnotherRequest: when a job enqueued with another
+// request already holds a tick's key (a schedule deleted and made again
+// with another payload), the tick is reported and passed, never a second
+// job; the cursor moves on.
+func TestFireTickKeyHeldByAnotherRequest(t *testing.T) {
+	ctx, pool := setup(t)
+	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "h", Cron: "0 * * * *", JobType: "report"})
+	setCursor(t, pool, runledger.Global(), "h", `date_trunc('hour', now())`)
+	tick := testdb.Scalar[time.Time](t, pool, `SELECT next_fire_at FROM job_schedules`)
+	held := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "report", Payload: json.RawMessage(`{"by":"hand"}`),
+		IdempotencyKey: schedules.IdempotencyKey("h", tick)})
+	res := fireDue(t, ctx, pool, schedules.FireRequest{})
+	if len(res.Fired) != 0 || len(res.Blocked) != 1 || !errors.Is(res.Blocked[0].Err, runledger.CodeIdempotencyConflict) {
+		t.Fatalf("fired %+v, blocked %+v", res.Fired, res.Blocked)
+	}
+	if n := testdb.Count(t, pool, "job_queue"); n != 1 {
+		t.Errorf("%d jobs, want only %s", n, held.ID)
+	}
+	if sch, err := schedules.Get(ctx, pool, runledger.Global(), "h"); err != nil || !sch.NextFireAt.After(res.Now) || sch.LastFiredAt != nil {
+		t.Errorf("schedule after the passed tick: %+v %v", sch, err)
+	}
+}
