@@ -103,11 +103,20 @@ func FireDue(ctx context.Context, pool *pgxpool.Pool, req FireRequest) (FireResu
 	if err != nil {
 		return FireResult{}, dberr.Translate(ctx, "begin schedule fire transaction", err)
 	}
-	defer txn.Rollback(ctx, tx)
+	// Commit hands the connection back to the pool whatever its outcome:
+	// nothing may touch tx after it (a rollback would race the
+	// connection's next user), so only an uncommitted tx is rolled back.
+	committing := false
+	defer func() {
+		if !committing {
+			txn.Rollback(ctx, tx)
+		}
+	}()
 	res, err := fire(ctx, tx, req)
 	if err != nil {
 		return FireResult{}, err
 	}
+	committing = true
 	if err := tx.Commit(ctx); err != nil {
 		return FireResult{}, dberr.CommitUnconfirmed(ctx, "commit schedule fire", err)
 	}
