@@ -126,6 +126,11 @@ func TestFireKilledMidFire(t *testing.T) {
 	if err := tx.Commit(ctx); err == nil {
 		t.Fatal("commit after the backend was terminated succeeded")
 	}
+	// pg_terminate_backend only signals: the schedule stays locked until
+	// the backend (on Citus, its shard's connection) has gone.
+	testdb.WaitFor(t, "the killed firer's lock to go", func() bool {
+		return !testdb.RowLocked(t, pool, "job_schedules", "name = $1", "k", "UPDATE")
+	})
 	if n := testdb.Count(t, pool, "job_queue"); n != 0 {
 		t.Errorf("%d jobs after the killed fire", n)
 	}
