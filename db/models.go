@@ -371,6 +371,24 @@ type JobReplay struct {
 	OrganizationID   uuid.UUID
 }
 
+type JobSchedule struct {
+	OrganizationID uuid.UUID
+	Name           string
+	Cron           string
+	Tz             string
+	JobType        string
+	Payload        json.RawMessage
+	Priority       *int32
+	JitterSeconds  int32
+	Missed         string
+	MissedMax      int32
+	Active         bool
+	NextFireAt     time.Time
+	LastFiredAt    *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
 type WorkflowRun struct {
 	ID             uuid.UUID
 	WorkflowType   string

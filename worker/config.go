@@ -90,6 +90,14 @@ type Config struct {
 	// DisableListen turns the LISTEN/NOTIFY wake-up off: the worker then
 	// finds new jobs by polling only.
 	DisableListen bool
+	// DisableSchedules turns the scheduler off. On (the default), the
+	// worker fires the due schedules of its registered types at every
+	// PollInterval (schedules.FireDue, one transaction per round; any
+	// number of workers may do so, a tick fires once) and logs, once per
+	// due tick, a schedule it cannot fire (its definition missing or
+	// disabled). A worker whose types have no schedule pays one cheap
+	// statement per poll.
+	DisableSchedules bool
 	// Logger receives the worker's log records (default slog.Default()).
 	Logger *slog.Logger
 	// OnFinished, when set, is called once per attempt after its outcome

@@ -187,6 +187,10 @@ func (r *run) run(ctx context.Context) error {
 		bg.Add(1)
 		go func() { defer bg.Done(); r.prune(ctx) }()
 	}
+	if !r.cfg.DisableSchedules {
+		bg.Add(1)
+		go func() { defer bg.Done(); r.fireSchedules(ctx) }()
+	}
 	go func() { defer close(fetched); r.fetch(ctx.Done()) }()
 
 	<-ctx.Done()

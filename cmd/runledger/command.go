@@ -42,6 +42,12 @@ var commands = []*command{
 	requeueCmd,
 	requeueBulkCmd,
 	jobsShowCmd,
+	schedulesUpsertCmd,
+	schedulesListCmd,
+	schedulesShowCmd,
+	schedulesPauseCmd,
+	schedulesResumeCmd,
+	schedulesDeleteCmd,
 	demoCmd,
 	benchCmd,
 	statsCmd,
@@ -55,6 +61,7 @@ var groups = map[string]string{
 	"migrate":     "Apply, roll back and inspect the database schema (the goose migrations embedded in the binary).",
 	"definitions": "Manage job types: the defaults and the enabled switch every job of a type starts from, and pausing its claims.",
 	"jobs":        "Read jobs: a job's record, history and replay lineage.",
+	"schedules":   "Manage schedules: cron expressions whose ticks the workers enqueue as jobs.",
 }
 
 // A command is one runledger command: the words that select it, its

@@ -39,6 +39,7 @@ var cliTests = []struct {
 	{"FinishScope", testFinishScope},
 	{"Replay", testReplay},
 	{"JobsShow", testJobsShow},
+	{"Schedules", testSchedules},
 	{"ReplayBulkBadInputExits2AndWritesNothing", testReplayBulkBadInput},
 	{"ReplayBulkList", testReplayBulkList},
 	{"ReplayBulkFilter", testReplayBulkFilter},

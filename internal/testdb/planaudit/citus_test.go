@@ -29,6 +29,8 @@ var (
 		"JobResourceClaimDeleteReleased":  "recovery's purge of released resource claims",
 		"JobStatsAll":                     "queue stats across scopes (an operator's view)",
 		"JobPruneListTenants":             "a prune across scopes finds its tenants, then prunes tenant by tenant",
+		"ScheduleListTenantsDue":          "the schedule firers' first step on Citus",
+		"ScheduleListBlocked":             "the firers' report of due schedules whose type is unavailable",
 	}
 	// singleServer statements lock rows of every tenant in one statement,
 	// which Citus refuses; on Citus the library runs their tenant-by-tenant
@@ -36,6 +38,7 @@ var (
 	singleServer = map[string]string{
 		"JobClaim":                "JobListTenantsWithDueJobs, then JobClaimTenant (JobClaimTenantKeyed for keyed candidates) and JobEventLeasedMany",
 		"JobRecoverExpiredLeases": "JobListTenantsWithExpiredLeases, then JobRecoverExpiredLeasesTenant",
+		"ScheduleClaimDue":        "ScheduleListTenantsDue, then ScheduleClaimDueTenant",
 	}
 	// oneServerForms name their tenant and run on Citus, but in steps (see
 	// subplanned); the library sends them to one server only, where they
