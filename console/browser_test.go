@@ -121,6 +121,10 @@ func TestBrowserOperatorFlows(t *testing.T) {
 		chromedp.Navigate(srv.URL+"/jobs"),
 		chromedp.SetValue(field("Status"), "DEAD_LETTERED", chromedp.BySearch),
 		click(button("Filter")),
+		// The unfiltered list holds the dead job too: wait for the
+		// filtered page itself before reading its table.
+		// (the bulk forms carry the filter of the page they are on).
+		chromedp.WaitReady(`//div[@class="bulk"]//input[@name="status"][@value="DEAD_LETTERED"]`, chromedp.BySearch),
 		waitText(`//table`, f.deadA.String()))
 	var list string
 	run(t, ctx, "read the list", chromedp.Text(`//table`, &list, chromedp.BySearch))
