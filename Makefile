@@ -62,7 +62,7 @@ test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIO
 # gives each test a distributed database cloned from the migrated template
 # (whose build refuses a schema that leaves a table local to the
 # coordinator). .ci/run runs it.
-CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./health/ ./jobs/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/planaudit/ ./internal/testdb/pgcitus/
+CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./health/ ./jobs/ ./schedules/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/planaudit/ ./internal/testdb/pgcitus/
 CITUS_FLAGS    ?=
 
 .PHONY: citus-binaries
