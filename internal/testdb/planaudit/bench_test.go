@@ -20,6 +20,9 @@ var benchedStatements = map[string]bool{
 	"JobCompleteMany": true, "JobCompleteManyRouted": true,
 }
 
+// oneServerOnly are benched statements the library never sends to Citus.
+var oneServerOnly = map[string]bool{"JobCompleteMany": true}
+
 // BenchmarkStatements executes each statement alone on the audit's data,
 // as prepared with the audit's values, in a transaction rolled back after
 // each execution (the rollback is outside the timing): ns/op is one
@@ -41,6 +44,11 @@ func BenchmarkStatements(b *testing.B) {
 	c := conn.Conn()
 	for _, q := range queries {
 		if !benchedStatements[q.Name] {
+			continue
+		}
+		if testdb.Citus() && oneServerOnly[q.Name] {
+			// Never sent to Citus: its ordered lock CTE is planned in
+			// steps there and fails (the Routed form runs instead).
 			continue
 		}
 		b.Run(q.Name, func(b *testing.B) {
