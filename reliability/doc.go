@@ -31,6 +31,12 @@
 //     handed back unstarted, at its attempt), none stays LEASED, no attempt
 //     is finished or run twice, and a worker that lost its lease writes
 //     nothing more for the attempt.
+//   - Flow control and schedules across server restarts. A paused job
+//     type stays paused through a fast and an immediate restart (its jobs
+//     PENDING, untouched) while other types run; resumed, its jobs run in
+//     claim order. A schedule due every second, fired by two workers,
+//     fires each tick at most once across an immediate restart and a
+//     downtime of several ticks, of which the latest policy fires one.
 //   - Storms. Sixty-four concurrent requests on one key with two reasons
 //     resolve to one lineage row, consistently reported to every caller;
 //     sixty-four replays racing workers that claim and complete them

@@ -44,6 +44,13 @@ func startDurableServer(t *testing.T, ctx context.Context) (*pgserver.Server, st
 		}
 	})
 	url := srv.URL("postgres")
+	migrate(t, ctx, url)
+	return srv, url
+}
+
+// migrate applies the migrations to the database at url.
+func migrate(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +60,6 @@ func startDurableServer(t *testing.T, ctx context.Context) (*pgserver.Server, st
 	if err := goose.Up(ctx, sqlDB); err != nil {
 		t.Fatal(err)
 	}
-	return srv, url
 }
 
 // TestWorkerServerRestartUnderLoad runs a worker (16 handlers, lease 5 s)
