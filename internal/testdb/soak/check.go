@@ -120,7 +120,7 @@ var invariants = []struct{ name, sql string }{
 
 // checkLedger loads the acknowledgements into a temp table and runs the
 // invariants, recording results and failures in rep.
-func checkLedger(ctx context.Context, url string, acks *ackLog, st *stats, rep *report) {
+func checkLedger(ctx context.Context, url string, acks *ackLog, st *stats, rep *report, w *watch) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		rep.fail("check: %v", err)
@@ -233,6 +233,11 @@ func checkLedger(ctx context.Context, url string, acks *ackLog, st *stats, rep *
 			violations: over,
 			note:       fmt.Sprintf("%d such jobs; %d unkeyed enqueue attempts failed", unacked, bound),
 		})
+	}
+
+	rep.dups = checkDuplicates(ctx, conn, w)
+	if rep.dups.err != nil {
+		rep.fail("check: duplicate attempts: %v", rep.dups.err)
 	}
 
 	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(k || ' ' || s, ', ' ORDER BY k, s), '') FROM (

@@ -69,9 +69,12 @@ type config struct {
 	lease       time.Duration
 	verbose     bool
 
+	workers           int
 	workerConcurrency int
 	workerRate        int
 	workerLease       time.Duration
+	workerRecovery    time.Duration
+	leaseSample       time.Duration
 }
 
 func main() {
@@ -106,9 +109,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.restartMode, "restart-mode", "immediate", `"immediate" (SIGQUIT, crash recovery) or "fast" (SIGINT, checkpoint)`)
 	fs.DurationVar(&cfg.window, "window", 30*time.Second, "how long after the restart's end a retryable error still counts as caused by it")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of claimed jobs")
-	fs.IntVar(&cfg.workerConcurrency, "worker-concurrency", 16, "handlers of the worker runtime (package worker), on a pool of its own")
+	fs.IntVar(&cfg.workers, "workers", 3, "worker.Worker instances (package worker), each with its own worker id and pool")
+	fs.IntVar(&cfg.workerConcurrency, "worker-concurrency", 8, "handlers of each worker (its Concurrency)")
 	fs.IntVar(&cfg.workerRate, "worker-rate", 100, "worker jobs enqueued per second")
-	fs.DurationVar(&cfg.workerLease, "worker-lease", 10*time.Second, "the worker runtime's lease (heartbeats every third of it)")
+	fs.DurationVar(&cfg.workerLease, "worker-lease", 2*time.Second, "the workers' lease (heartbeats every third of it)")
+	fs.DurationVar(&cfg.workerRecovery, "worker-recovery", time.Second, "how often each worker recovers expired leases")
+	fs.DurationVar(&cfg.leaseSample, "lease-sample", 250*time.Millisecond, "interval between readings of the workers' leases, the deadlock counter, heap and goroutines")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the server's start and restart to stderr")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -128,8 +134,16 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("-restart-mode %q: want immediate or fast", cfg.restartMode)
 	case cfg.lease <= 0:
 		return config{}, errors.New("-lease must be positive")
+	case cfg.workers < 1 || cfg.workers > 8:
+		return config{}, errors.New("-workers must be between 1 and 8")
 	case cfg.workerConcurrency < 1:
 		return config{}, errors.New("-worker-concurrency must be at least 1")
+	case cfg.workerRecovery <= 0:
+		return config{}, errors.New("-worker-recovery must be positive")
+	case cfg.leaseSample <= 0:
+		return config{}, errors.New("-lease-sample must be positive")
+	case cfg.workers*workerPoolSize(cfg)+cfg.clients+producerInFlight+4 > 95:
+		return config{}, errors.New("-workers, -worker-concurrency and -clients ask for more connections than the server's 100")
 	case cfg.workerRate < 1 || cfg.workerRate > 10000:
 		return config{}, errors.New("-worker-rate must be between 1 and 10000")
 	case cfg.workerLease < 3*time.Millisecond:
