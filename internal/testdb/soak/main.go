@@ -12,18 +12,24 @@
 // lease recovery, replays of succeeded jobs and idempotent retries of
 // earlier enqueue keys and replay keys. Beside them the worker runtime
 // (package worker) runs jobs that a producer enqueues at -worker-rate per
-// second (runtime.go says what their handlers do), and drains them once
-// the load ends. Halfway through it restarts the
-// server once (-restart-mode, immediate by default: crash recovery from
-// the WAL). Every 10 seconds (-sample) it records the process's resident
-// set size (VmRSS from /proc/self/status) and Go heap, goroutines, and the
-// server's open connections (pg_stat_activity), the leases the worker
-// runtime holds (never above its -worker-concurrency away from the
-// restart: a worker frees a handler's slot only once its outcome is
-// committed) and the database's deadlock counter
-// (pg_stat_database.deadlocks, reported). At the end it checks the
-// ledger in SQL against what the clients and the worker were told, and
-// prints a report.
+// second (runtime.go says what their handlers do): -workers workers (3),
+// each with its own worker id and pool, -worker-concurrency handlers (8),
+// a -worker-lease of 2 s and recovery every -worker-recovery (1 s), in this
+// process; they drain the jobs once the load ends. Halfway through it
+// restarts the server once (-restart-mode, immediate by default: crash
+// recovery from the WAL). Every 10 seconds (-sample) it records the
+// process's resident set size (VmRSS from /proc/self/status) and Go heap,
+// goroutines, the server's open connections (pg_stat_activity) and the
+// queue. Every 250 ms (-lease-sample) it reads the leases each worker
+// holds (never above its Concurrency away from the restart: a worker
+// frees a handler's slot only once its outcome is committed), the
+// database's deadlock counter (pg_stat_database.deadlocks) and the
+// process's HeapAlloc, Sys and goroutines, keeping their extremes. At the
+// end it checks the ledger in SQL against what the clients and the workers
+// were told, counts duplicate attempts (an attempt whose side effect was
+// recorded twice, or an attempt after one that never ended in a failure:
+// no RETRY_SCHEDULED event, so not failed, timed out or recovered) near
+// the restart and away from it, and prints a report.
 //
 // A client retries an operation that failed with a transient error or an
 // unconfirmed commit with the same request, as the library documents; any
@@ -33,9 +39,12 @@
 //
 // Exit status: 0 when every check passed; 1 when an invariant failed, a
 // client met an error other than a transient one or an unconfirmed commit,
-// a retryable error happened away from the restart, the worker logged a
-// warning away from it (its handlers' panics aside), or its jobs did not
-// drain; 2 when the soak could not run (bad flags, no server binaries).
+// a retryable error happened away from the restart, a worker logged a
+// warning away from it (its handlers' panics aside), the jobs did not
+// drain, the deadlock counter rose at all, a worker held more leases than
+// its Concurrency away from the restart, or a duplicate attempt happened
+// away from it; 2 when the soak could not run (bad flags, no server
+// binaries).
 //
 // It is a program rather than a test so that go test ./... never runs it
 // (it takes minutes) and it is never silently skipped when asked for:
