@@ -120,6 +120,9 @@ func (r *report) judgeRuntime(st *stats) {
 			r.fail("worker: duplicate attempts away from the restart: %d attempts whose side effect was recorded twice, %d attempts after one that never ended in a failure",
 				d.twice.away, d.unended.away)
 		}
+		if c := d.unplanned[recoveryDeadLetter]; c != nil && c.away > 0 {
+			r.fail("worker: %d jobs dead-lettered by lease recovery away from the restart (a worker lost a lease with no fault)", c.away)
+		}
 	}
 	if st.restartEnded.IsZero() {
 		return

@@ -150,7 +150,9 @@ type duplicates struct {
 	// unplanned: RETRY_SCHEDULED events no handler asked for (the retry
 	// kind's first attempt and the timeout kind's TIMEOUT aside), by
 	// failure kind: the lease recovered (LEASE_EXPIRED) or the side
-	// effect could not be written (RETRYABLE).
+	// effect could not be written (RETRYABLE); and dead-letters by
+	// recovery (a lease that ran out on the job's last attempt), as
+	// "LEASE_EXPIRED (dead-lettered)".
 	unplanned map[string]*dupCount
 	err       error
 }
@@ -189,9 +191,12 @@ func checkDuplicates(ctx context.Context, conn *pgx.Conn, w *watch) duplicates {
 			func(_ string, at *time.Time) { add(&d.unended, at) })
 	}
 	if d.err == nil {
-		d.err = scan(`SELECT coalesce(e.payload->>'failure_kind', '?'), e.occurred_at
+		d.err = scan(`SELECT coalesce(e.payload->>'failure_kind', '?')
+		        || CASE WHEN e.event_type = 'DEAD_LETTERED' THEN ' (dead-lettered)' ELSE '' END, e.occurred_at
 		    FROM job_events e JOIN job_queue q ON q.id = e.job_id
-		    WHERE q.job_type = 'soak.work' AND e.event_type = 'RETRY_SCHEDULED'
+		    WHERE q.job_type = 'soak.work'
+		      AND (e.event_type = 'RETRY_SCHEDULED'
+		           OR (e.event_type = 'DEAD_LETTERED' AND e.payload->>'failure_kind' = 'LEASE_EXPIRED'))
 		      AND NOT (q.payload->>'kind' = 'retry' AND e.attempt = 1 AND e.payload->>'failure_kind' = 'RETRYABLE')
 		      AND NOT (q.payload->>'kind' = 'timeout' AND e.payload->>'failure_kind' = 'TIMEOUT')`,
 			func(kind string, at *time.Time) {
@@ -205,3 +210,7 @@ func checkDuplicates(ctx context.Context, conn *pgx.Conn, w *watch) duplicates {
 	}
 	return d
 }
+
+// recoveryDeadLetter is the key of duplicates.unplanned for jobs that
+// lease recovery dead-lettered.
+const recoveryDeadLetter = "LEASE_EXPIRED (dead-lettered)"

@@ -99,6 +99,16 @@ func TestCheckDuplicatesCountsByPhase(t *testing.T) {
 	r = claim()
 	fail(jobs.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
 
+	// 5. A job on its last attempt whose lease ran out (expired by test
+	// SQL), dead-lettered by recovery.
+	payload, _ := json.Marshal(workPayload{Kind: "ok"})
+	testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: workType, Payload: payload, MaxAttempts: testdb.Ptr(int32(1))})
+	r = claim()
+	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, r.JobID)
+	if got, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(got) != 1 {
+		t.Fatalf("RecoverExpiredLeases: %d jobs, %v; want 1", len(got), err)
+	}
+
 	st := newStats()
 	st.start = began
 	w := newWatch(config{window: time.Second, workers: 1}, st)
@@ -109,8 +119,14 @@ func TestCheckDuplicatesCountsByPhase(t *testing.T) {
 	if d.twice != (dupCount{away: 1}) || d.unended != (dupCount{away: 1}) {
 		t.Errorf("no restart: twice %+v, unended %+v; want one of each away", d.twice, d.unended)
 	}
-	if len(d.unplanned) != 1 || d.unplanned["RETRYABLE"] == nil || *d.unplanned["RETRYABLE"] != (dupCount{away: 1}) {
-		t.Errorf("no restart: unplanned %v, want RETRYABLE 1 away", d.unplanned)
+	if len(d.unplanned) != 2 || d.unplanned["RETRYABLE"] == nil || *d.unplanned["RETRYABLE"] != (dupCount{away: 1}) ||
+		d.unplanned[recoveryDeadLetter] == nil || *d.unplanned[recoveryDeadLetter] != (dupCount{away: 1}) {
+		t.Errorf("no restart: unplanned %v, want RETRYABLE and %s 1 away each", d.unplanned, recoveryDeadLetter)
+	}
+	rep := &report{dups: d, rt: &runtimeLoad{logs: newLogWatch()}}
+	rep.judgeRuntime(st)
+	if joined := strings.Join(rep.failures, "\n"); !strings.Contains(joined, "dead-lettered by lease recovery away from the restart") {
+		t.Errorf("failures %q lack the recovery dead-letter", joined)
 	}
 
 	st.setRestart(began.Add(-time.Minute), time.Now())
@@ -120,6 +136,9 @@ func TestCheckDuplicatesCountsByPhase(t *testing.T) {
 	}
 	if d.twice != (dupCount{near: 1}) || d.unended != (dupCount{near: 1}) {
 		t.Errorf("restart around the test: twice %+v, unended %+v; want one of each near", d.twice, d.unended)
+	}
+	if c := d.unplanned[recoveryDeadLetter]; c == nil || *c != (dupCount{near: 1}) {
+		t.Errorf("restart around the test: %s %v, want 1 near", recoveryDeadLetter, c)
 	}
 }
 
