@@ -101,7 +101,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	done
 
 .PHONY: soak
-soak: ## Soak (not in CI): 16 clients and a worker runtime for SOAK_DURATION (default 10m) on a durable throwaway server, one restart
+soak: ## Soak: 16 clients and three workers for SOAK_DURATION (default 10m; CI runs 20s) on a durable throwaway server, one restart
 	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 .PHONY: lint

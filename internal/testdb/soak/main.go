@@ -12,18 +12,24 @@
 // lease recovery, replays of succeeded jobs and idempotent retries of
 // earlier enqueue keys and replay keys. Beside them the worker runtime
 // (package worker) runs jobs that a producer enqueues at -worker-rate per
-// second (runtime.go says what their handlers do), and drains them once
-// the load ends. Halfway through it restarts the
-// server once (-restart-mode, immediate by default: crash recovery from
-// the WAL). Every 10 seconds (-sample) it records the process's resident
-// set size (VmRSS from /proc/self/status) and Go heap, goroutines, and the
-// server's open connections (pg_stat_activity), the leases the worker
-// runtime holds (never above its -worker-concurrency away from the
-// restart: a worker frees a handler's slot only once its outcome is
-// committed) and the database's deadlock counter
-// (pg_stat_database.deadlocks, reported). At the end it checks the
-// ledger in SQL against what the clients and the worker were told, and
-// prints a report.
+// second (runtime.go says what their handlers do): -workers workers (3),
+// each with its own worker id and pool, -worker-concurrency handlers (8),
+// a -worker-lease of 2 s and recovery every -worker-recovery (1 s), in this
+// process; they drain the jobs once the load ends. Halfway through it
+// restarts the server once (-restart-mode, immediate by default: crash
+// recovery from the WAL). Every 10 seconds (-sample) it records the
+// process's resident set size (VmRSS from /proc/self/status) and Go heap,
+// goroutines, the server's open connections (pg_stat_activity) and the
+// queue. Every 250 ms (-lease-sample) it reads the leases each worker
+// holds (never above its Concurrency away from the restart: a worker
+// frees a handler's slot only once its outcome is committed), the
+// database's deadlock counter (pg_stat_database.deadlocks) and the
+// process's HeapAlloc, Sys and goroutines, keeping their extremes. At the
+// end it checks the ledger in SQL against what the clients and the workers
+// were told, counts duplicate attempts (an attempt whose side effect was
+// recorded twice, or an attempt after one that never ended in a failure:
+// no RETRY_SCHEDULED event, so not failed, timed out or recovered) near
+// the restart and away from it, and prints a report.
 //
 // A client retries an operation that failed with a transient error or an
 // unconfirmed commit with the same request, as the library documents; any
@@ -33,9 +39,12 @@
 //
 // Exit status: 0 when every check passed; 1 when an invariant failed, a
 // client met an error other than a transient one or an unconfirmed commit,
-// a retryable error happened away from the restart, the worker logged a
-// warning away from it (its handlers' panics aside), or its jobs did not
-// drain; 2 when the soak could not run (bad flags, no server binaries).
+// a retryable error happened away from the restart, a worker logged a
+// warning away from it (its handlers' panics aside), the jobs did not
+// drain, the deadlock counter rose at all, a worker held more leases than
+// its Concurrency away from the restart, or a duplicate attempt happened
+// away from it; 2 when the soak could not run (bad flags, no server
+// binaries).
 //
 // It is a program rather than a test so that go test ./... never runs it
 // (it takes minutes) and it is never silently skipped when asked for:
@@ -69,9 +78,12 @@ type config struct {
 	lease       time.Duration
 	verbose     bool
 
+	workers           int
 	workerConcurrency int
 	workerRate        int
 	workerLease       time.Duration
+	workerRecovery    time.Duration
+	leaseSample       time.Duration
 }
 
 func main() {
@@ -106,9 +118,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.restartMode, "restart-mode", "immediate", `"immediate" (SIGQUIT, crash recovery) or "fast" (SIGINT, checkpoint)`)
 	fs.DurationVar(&cfg.window, "window", 30*time.Second, "how long after the restart's end a retryable error still counts as caused by it")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of claimed jobs")
-	fs.IntVar(&cfg.workerConcurrency, "worker-concurrency", 16, "handlers of the worker runtime (package worker), on a pool of its own")
+	fs.IntVar(&cfg.workers, "workers", 3, "worker.Worker instances (package worker), each with its own worker id and pool")
+	fs.IntVar(&cfg.workerConcurrency, "worker-concurrency", 8, "handlers of each worker (its Concurrency)")
 	fs.IntVar(&cfg.workerRate, "worker-rate", 100, "worker jobs enqueued per second")
-	fs.DurationVar(&cfg.workerLease, "worker-lease", 10*time.Second, "the worker runtime's lease (heartbeats every third of it)")
+	fs.DurationVar(&cfg.workerLease, "worker-lease", 2*time.Second, "the workers' lease (heartbeats every third of it)")
+	fs.DurationVar(&cfg.workerRecovery, "worker-recovery", time.Second, "how often each worker recovers expired leases")
+	fs.DurationVar(&cfg.leaseSample, "lease-sample", 250*time.Millisecond, "interval between readings of the workers' leases, the deadlock counter, heap and goroutines")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the server's start and restart to stderr")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -128,8 +143,16 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("-restart-mode %q: want immediate or fast", cfg.restartMode)
 	case cfg.lease <= 0:
 		return config{}, errors.New("-lease must be positive")
+	case cfg.workers < 1 || cfg.workers > 8:
+		return config{}, errors.New("-workers must be between 1 and 8")
 	case cfg.workerConcurrency < 1:
 		return config{}, errors.New("-worker-concurrency must be at least 1")
+	case cfg.workerRecovery <= 0:
+		return config{}, errors.New("-worker-recovery must be positive")
+	case cfg.leaseSample <= 0:
+		return config{}, errors.New("-lease-sample must be positive")
+	case cfg.workers*workerPoolSize(cfg)+cfg.clients+producerInFlight+4 > 95:
+		return config{}, errors.New("-workers, -worker-concurrency and -clients ask for more connections than the server's 100")
 	case cfg.workerRate < 1 || cfg.workerRate > 10000:
 		return config{}, errors.New("-worker-rate must be between 1 and 10000")
 	case cfg.workerLease < 3*time.Millisecond:

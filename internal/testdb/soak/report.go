@@ -30,7 +30,9 @@ type report struct {
 		work                               string
 		effects, workRetried, workProgress int64
 	}
-	rt *runtimeLoad
+	rt    *runtimeLoad
+	watch *watch
+	dups  duplicates
 }
 
 func (r *report) addSample(s sample) {
@@ -102,6 +104,26 @@ func (r *report) judgeRuntime(st *stats) {
 			r.fail("worker: held %d leases at %s, away from the restart, over its Concurrency %d", s.workerLeases, s.at.Round(time.Second), r.cfg.workerConcurrency)
 		}
 	}
+	if w := r.watch; w != nil {
+		if w.over > 0 {
+			r.fail("worker: %d lease readings away from the restart found a worker over its Concurrency %d (first: %s)", w.over, r.cfg.workerConcurrency, w.firstOver)
+		}
+		if w.deadlocks > 0 {
+			r.fail("%d deadlocks on the server during the soak (pg_stat_database.deadlocks)", w.deadlocks)
+		}
+		if w.readings > 0 && w.failed == w.readings {
+			r.fail("watch: no reading of the leases and the deadlock counter succeeded")
+		}
+	}
+	if d := r.dups; d.err == nil {
+		if d.twice.away > 0 || d.unended.away > 0 {
+			r.fail("worker: duplicate attempts away from the restart: %d attempts whose side effect was recorded twice, %d attempts after one that never ended in a failure",
+				d.twice.away, d.unended.away)
+		}
+		if c := d.unplanned[recoveryDeadLetter]; c != nil && c.away > 0 {
+			r.fail("worker: %d jobs dead-lettered by lease recovery away from the restart (a worker lost a lease with no fault)", c.away)
+		}
+	}
 	if st.restartEnded.IsZero() {
 		return
 	}
@@ -135,7 +157,7 @@ func (r *report) print(w io.Writer, st *stats) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
-	fmt.Fprintf(w, "## Soak: %s, %d clients and a worker runtime, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.restartMode)
+	fmt.Fprintf(w, "## Soak: %s, %d clients and %d workers, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.workers, r.cfg.restartMode)
 	fmt.Fprintf(w, "- server: PostgreSQL %s (pgserver, Durable)\n", r.server)
 	if !st.restartEnded.IsZero() {
 		fmt.Fprintf(w, "- restart (%s) began at %s into the load and took %s (until the server accepted connections again)\n",
@@ -339,8 +361,8 @@ func (r *report) printRuntime(w io.Writer, st *stats) {
 	for _, n := range rt.enqueued {
 		enqueued += n
 	}
-	fmt.Fprintf(w, "One worker.Worker (%d handlers, lease %s, heartbeats every %s, recovery every %s, its own pool of %d connections) for the whole load; jobs enqueued with a chosen id at up to %d/s, %d at a time (%.1f/s achieved); ",
-		r.cfg.workerConcurrency, r.cfg.workerLease, (r.cfg.workerLease / 3).Round(time.Millisecond), workerRecoveryInterval, 6+r.cfg.workerConcurrency,
+	fmt.Fprintf(w, "%d worker.Worker instances in this process (ids %s%d to %d, each with %d handlers, lease %s, heartbeats every %s, recovery every %s, its own pool of %d connections) for the whole load; jobs enqueued with a chosen id at up to %d/s, %d at a time (%.1f/s achieved); ",
+		r.cfg.workers, workerIDPrefix, 1, r.cfg.workers, r.cfg.workerConcurrency, r.cfg.workerLease, (r.cfg.workerLease / 3).Round(time.Millisecond), r.cfg.workerRecovery, workerPoolSize(r.cfg),
 		r.cfg.workerRate, producerInFlight, float64(enqueued)/r.elapsed.Seconds())
 	if rt.drainErr == nil {
 		fmt.Fprintf(w, "after the load it drained the rest in %s and shut down (Run returned %v).\n\n", rt.drained.Round(time.Millisecond), rt.runErr)
@@ -351,9 +373,36 @@ func (r *report) printRuntime(w io.Writer, st *stats) {
 	fmt.Fprintf(w, "- final state by kind: %s\n", r.final.work)
 	fmt.Fprintf(w, "- side effects recorded: %d; jobs that needed more than one attempt: %d; PROGRESS events (long jobs): %d\n",
 		r.final.effects, r.final.workRetried, r.final.workProgress)
-	maxLeases, deadlocks := r.leasesAndDeadlocks()
-	fmt.Fprintf(w, "- leases the worker held at a sample: at most %d (Concurrency %d); deadlocks on the server during the soak (pg_stat_database, every client's included): %d\n\n",
-		maxLeases, r.cfg.workerConcurrency, deadlocks)
+	if wt := r.watch; wt != nil {
+		fmt.Fprintf(w, "- readings every %s (%d, %d of them failed: the restart): ", r.cfg.leaseSample, wt.readings, wt.failed)
+		fmt.Fprintf(w, "leases held at once, by worker, at most (away from the restart / all): ")
+		for i, id := range wt.ids {
+			if i > 0 {
+				fmt.Fprintf(w, ", ")
+			}
+			fmt.Fprintf(w, "%s %d / %d", id, wt.maxAway[id], wt.maxLeases[id])
+		}
+		fmt.Fprintf(w, " (Concurrency %d; readings over it away from the restart: %d)\n", r.cfg.workerConcurrency, wt.over)
+		fmt.Fprintf(w, "- deadlocks: pg_stat_database.deadlocks rose by %d over the run (every client's included)\n", wt.deadlocks)
+		fmt.Fprintf(w, "- process (clients, producer and workers together), at most: HeapAlloc %.1f MiB, Sys %.1f MiB, %d goroutines\n",
+			float64(wt.maxHeapAlloc)/(1<<20), float64(wt.maxSys)/(1<<20), wt.maxGoroutines)
+	}
+	if d := r.dups; d.err == nil {
+		fmt.Fprintf(w, "- duplicate attempts (near the restart / away from it): (job, attempt) whose side effect was recorded twice %d / %d; attempts n >= 2 whose attempt n-1 never ended in a failure (no RETRY_SCHEDULED: not failed, timed out or recovered) %d / %d\n",
+			d.twice.near, d.twice.away, d.unended.near, d.unended.away)
+		fmt.Fprintf(w, "- retries no handler asked for, by failure kind (near / away): ")
+		if len(d.unplanned) == 0 {
+			fmt.Fprintf(w, "none")
+		}
+		for i, k := range sortedKeys(d.unplanned) {
+			if i > 0 {
+				fmt.Fprintf(w, ", ")
+			}
+			fmt.Fprintf(w, "%s %d / %d", k, d.unplanned[k].near, d.unplanned[k].away)
+		}
+		fmt.Fprintf(w, "\n")
+	}
+	fmt.Fprintln(w)
 	rt.logs.mu.Lock()
 	defer rt.logs.mu.Unlock()
 	if len(rt.logs.recs) == 0 {
@@ -375,27 +424,4 @@ func (r *report) printRuntime(w io.Writer, st *stats) {
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s |\n", k.msg, k.level, a.count, first, last)
 	}
 	fmt.Fprintf(w, "\nTimes are relative to the restart's beginning; %q is the panic kind's, expected wherever it falls.\n\n", expectedLog)
-}
-
-// leasesAndDeadlocks is the most leases the runtime's worker held at a
-// sample, and how far pg_stat_database.deadlocks moved between the first
-// and the last sample that read it (a restart resets nothing: the counter
-// lives in the stats the server keeps across a fast restart, and an
-// immediate one discards them, then the figure is from after it).
-func (r *report) leasesAndDeadlocks() (maxLeases, deadlocks int64) {
-	first, last := int64(-1), int64(-1)
-	for _, s := range r.samples {
-		maxLeases = max(maxLeases, s.workerLeases)
-		if s.deadlocks < 0 {
-			continue
-		}
-		if first < 0 || s.deadlocks < last {
-			first = s.deadlocks
-		}
-		last = s.deadlocks
-	}
-	if first >= 0 {
-		deadlocks = last - first
-	}
-	return maxLeases, deadlocks
 }

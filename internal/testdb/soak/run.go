@@ -74,20 +74,23 @@ func run(ctx context.Context, cfg config) int {
 		return 2
 	}
 	defer pool.Close()
-	monitor, err := openPool(ctx, url, appMonitor, 1)
+	// The monitor's two connections: the sampler's and the watch's.
+	monitor, err := openPool(ctx, url, appMonitor, 2)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		return 2
 	}
 	defer monitor.Close()
-	// The worker runtime's pool: its six connections and one for each
-	// handler's side effect.
-	wpool, err := openPool(ctx, url, appWorker, int32(6+cfg.workerConcurrency))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		return 2
+	// Each worker's own pool.
+	wpools := make([]*pgxpool.Pool, cfg.workers)
+	for i := range wpools {
+		wpools[i], err = openPool(ctx, url, appWorker, int32(workerPoolSize(cfg)))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			return 2
+		}
+		defer wpools[i].Close()
 	}
-	defer wpool.Close()
 	producerPool, err := openPool(ctx, url, appProducer, producerInFlight)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
@@ -96,19 +99,29 @@ func run(ctx context.Context, cfg config) int {
 	defer producerPool.Close()
 
 	st := newStats()
-	rt, err := newRuntimeLoad(cfg, wpool, producerPool, st, acks)
+	rt, err := newRuntimeLoad(cfg, wpools, producerPool, st, acks)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak: worker:", err)
 		return 2
 	}
 	rep.rt = rt
+	wt := newWatch(cfg, st)
+	rep.watch = wt
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.duration)
 	defer stopLoad()
 	start := time.Now()
 	st.start = start
 
-	// The worker runs until it is told to stop after the drain; the
-	// producer for the load's duration.
+	// The workers run until they are told to stop after the drain; the
+	// producer for the load's duration; the watch until the workers have
+	// stopped.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		wt.run(watchCtx, monitor)
+	}()
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
 	workerDone := make(chan struct{})
@@ -136,22 +149,23 @@ func run(ctx context.Context, cfg config) int {
 	// The sampler runs until the worker has stopped, and takes a sample at
 	// once for each note it is sent (the clients stopped, the worker
 	// drained and stopped).
+	ids := workerIDs(cfg)
 	samplerDone := make(chan struct{})
 	notes := make(chan string)
 	go func() {
 		defer close(samplerDone)
 		tick := time.NewTicker(cfg.sample)
 		defer tick.Stop()
-		rep.addSample(takeSample(ctx, monitor, pool, wpool, st, start, ""))
+		rep.addSample(takeSample(ctx, monitor, pool, wpools, ids, st, start, ""))
 		for {
 			select {
 			case <-tick.C:
-				rep.addSample(takeSample(ctx, monitor, pool, wpool, st, start, ""))
+				rep.addSample(takeSample(ctx, monitor, pool, wpools, ids, st, start, ""))
 			case note, ok := <-notes:
 				if !ok {
 					return
 				}
-				rep.addSample(takeSample(ctx, monitor, pool, wpool, st, start, note))
+				rep.addSample(takeSample(ctx, monitor, pool, wpools, ids, st, start, note))
 			}
 		}
 	}()
@@ -190,6 +204,8 @@ func run(ctx context.Context, cfg config) int {
 	notes <- "worker stopped"
 	close(notes)
 	<-samplerDone
+	stopWatch()
+	<-watchDone
 	if ctx.Err() != nil {
 		rep.fail("interrupted after %s", rep.elapsed.Round(time.Second))
 	}
@@ -198,14 +214,16 @@ func run(ctx context.Context, cfg config) int {
 		rep.fail("acknowledgement log: %v", err)
 	}
 	pool.Close()
-	wpool.Close()
+	for _, p := range wpools {
+		p.Close()
+	}
 	producerPool.Close()
 	monitor.Close()
 	runtime.GC()
 
 	checkCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	checkLedger(checkCtx, url, acks, st, rep)
+	checkLedger(checkCtx, url, acks, st, rep, wt)
 
 	rep.judge(st)
 	rep.print(os.Stdout, st)

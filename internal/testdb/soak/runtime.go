@@ -20,33 +20,49 @@ import (
 
 // The worker runtime's part of the soak: a producer enqueues jobs of
 // workType at -worker-rate per second (up to producerInFlight at a time),
-// each with a chosen id (so that a
-// retried enqueue is idempotent) and a kind in its payload that decides
-// what its handler does; one worker.Worker (-worker-concurrency handlers,
-// -worker-lease) on a pool of its own runs them for the whole load,
-// across the restart, and drains what is left once the load ends. Every
-// handler that gets as far records a side effect, a row of soak_effects
-// (job, attempt), so that an attempt run twice shows in SQL. OnFinished
-// acknowledges every succeeded and dead-lettered job to the log the
-// checks read.
+// each with a chosen id (so that a retried enqueue is idempotent) and a
+// kind in its payload that decides what its handler does; -workers
+// worker.Worker instances (3 by default), each with its own worker id and
+// its own pool, -worker-concurrency handlers (8), -worker-lease (2 s) and
+// lease recovery every -worker-recovery (1 s), run them for the whole
+// load, across the restart, and drain what is left once the load ends.
+// They share this process (separate pools, not separate processes): the
+// memory and goroutines the soak reports are all of them together, with
+// the clients. Every handler that gets as far records a side effect, a
+// row of soak_effects (job, attempt), so that an attempt run twice shows
+// in SQL. OnFinished acknowledges every succeeded and dead-lettered job
+// to the log the checks read.
 
 const (
 	appWorker = "soak-worker"
-	workerID  = "soak-runtime"
-	workType  = "soak.work"
+	// workerIDPrefix and the worker's number (1, 2, ...) are its id.
+	workerIDPrefix = "soak-runtime-"
+	workType       = "soak.work"
 	// workMaxAttempts leaves room for attempts the restart fails (a side
-	// effect that cannot be written fails its attempt, retried at once).
-	workMaxAttempts = 5
+	// effect that cannot be written fails its attempt, retried at once;
+	// a lease that runs out during the outage is recovered).
+	workMaxAttempts = 8
 	workTimeout     = 120 // seconds
-	// workerRecoveryInterval is the worker's (the clients recover too).
-	workerRecoveryInterval = 5 * time.Second
 )
+
+// workerPoolSize is the connections of one worker's pool: its six and one
+// for each handler's side effect.
+func workerPoolSize(cfg config) int { return 6 + cfg.workerConcurrency }
+
+// workerIDs are the runtime's worker ids.
+func workerIDs(cfg config) []string {
+	ids := make([]string, cfg.workers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", workerIDPrefix, i+1)
+	}
+	return ids
+}
 
 // Worker job kinds, with their weights out of 10,000 and what the handler
 // does:
 //
-//	ok        records its side effect and completes
-//	retry     records its side effect and fails its first attempt (retry at once), then completes
+//	ok        records its side effect, works 5 to 20 ms, completes
+//	retry     records its side effect and fails its first attempt (retry at once), then works 5 to 20 ms and completes
 //	slow      records its side effect, works 200 ms to 1 s, completes
 //	long      records its side effect, works 2.5 leases reporting progress (heartbeats keep it), completes
 //	terminal  fails with a terminal error: DEAD_LETTERED, TERMINAL
@@ -81,15 +97,15 @@ type workPayload struct {
 	N    int    `json:"n"`
 }
 
-// runtimeLoad is the producer and the worker.
+// runtimeLoad is the producer and the workers.
 type runtimeLoad struct {
 	cfg      config
-	pool     *pgxpool.Pool
-	producer *client // its do() retries, its stats and acks
+	pools    []*pgxpool.Pool // one per worker
+	producer *client         // its do() retries, its stats and acks
 	st       *stats
 	acks     *ackLog
-	logs     *logWatch
-	w        *worker.Worker
+	logs     *logWatch // shared by the workers
+	ws       []*worker.Worker
 	rng      *rand.Rand
 	seq      int
 
@@ -100,30 +116,48 @@ type runtimeLoad struct {
 	drainErr error
 }
 
-func newRuntimeLoad(cfg config, pool, producerPool *pgxpool.Pool, st *stats, acks *ackLog) (*runtimeLoad, error) {
-	rt := &runtimeLoad{cfg: cfg, pool: pool, st: st, acks: acks, logs: newLogWatch(),
+// newRuntimeLoad makes one worker on each of pools (cfg.workers of them).
+func newRuntimeLoad(cfg config, pools []*pgxpool.Pool, producerPool *pgxpool.Pool, st *stats, acks *ackLog) (*runtimeLoad, error) {
+	rt := &runtimeLoad{cfg: cfg, pools: pools, st: st, acks: acks, logs: newLogWatch(),
 		producer: newClient(cfg.clients, producerPool, st, acks, cfg.lease),
 		rng:      rand.New(rand.NewSource(424242)), enqueued: map[string]int64{}}
-	w, err := worker.New(pool, worker.Config{
-		WorkerID: workerID, Concurrency: cfg.workerConcurrency, Lease: cfg.workerLease,
-		RecoveryInterval: workerRecoveryInterval, Logger: slog.New(rt.logs), OnFinished: rt.finished,
-	})
-	if err != nil {
-		return nil, err
+	for i, id := range workerIDs(cfg) {
+		pool := pools[i]
+		w, err := worker.New(pool, worker.Config{
+			WorkerID: id, Concurrency: cfg.workerConcurrency, Lease: cfg.workerLease,
+			RecoveryInterval: cfg.workerRecovery, Logger: slog.New(rt.logs), OnFinished: rt.finished,
+		})
+		if err != nil {
+			return nil, err
+		}
+		// Each worker's handlers write their side effect on its own pool.
+		handle := func(ctx context.Context, j worker.Job[workPayload]) (any, error) { return rt.handle(ctx, pool, j) }
+		if err := worker.Register(w, workType, handle); err != nil {
+			return nil, err
+		}
+		rt.ws = append(rt.ws, w)
 	}
-	if err := worker.Register(w, workType, rt.handle); err != nil {
-		return nil, err
-	}
-	rt.w = w
 	return rt, nil
 }
 
-// run runs the worker until ctx ends (its shutdown included).
+// run runs the workers until ctx ends (their shutdown included); the
+// first error any Run returns is kept.
 func (rt *runtimeLoad) run(ctx context.Context) {
-	err := rt.w.Run(ctx)
-	rt.mu.Lock()
-	rt.runErr = err
-	rt.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range rt.ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil {
+				rt.mu.Lock()
+				if rt.runErr == nil {
+					rt.runErr = err
+				}
+				rt.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // producerInFlight bounds the producer's enqueues in flight (and sizes its
@@ -209,7 +243,7 @@ func (rt *runtimeLoad) enqueue(req jobs.EnqueueRequest, kind string) {
 func ptr[T any](v T) *T { return &v }
 
 // handle is the handler of every worker job; see workKinds.
-func (rt *runtimeLoad) handle(ctx context.Context, j worker.Job[workPayload]) (any, error) {
+func (rt *runtimeLoad) handle(ctx context.Context, pool *pgxpool.Pool, j worker.Job[workPayload]) (any, error) {
 	switch j.Payload.Kind {
 	case "terminal":
 		return nil, worker.Terminal(errors.New("soak: a terminal failure"))
@@ -219,13 +253,16 @@ func (rt *runtimeLoad) handle(ctx context.Context, j worker.Job[workPayload]) (a
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	if _, err := rt.pool.Exec(ctx, `INSERT INTO soak_effects (job_id, attempt) VALUES ($1, $2)`, j.Record.ID, j.Record.Attempt); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO soak_effects (job_id, attempt) VALUES ($1, $2)`, j.Record.ID, j.Record.Attempt); err != nil {
 		return nil, worker.RetryAfter(0, fmt.Errorf("soak: record the side effect: %w", err))
 	}
 	switch j.Payload.Kind {
-	case "retry":
-		if j.Record.Attempt == 1 {
+	case "ok", "retry":
+		if j.Payload.Kind == "retry" && j.Record.Attempt == 1 {
 			return nil, worker.RetryAfter(0, errors.New("soak: fails its first attempt"))
+		}
+		if err := work(ctx, time.Duration(5+j.Payload.N%16)*time.Millisecond); err != nil {
+			return nil, err
 		}
 	case "slow":
 		if err := work(ctx, 200*time.Millisecond+time.Duration(j.Payload.N%9)*100*time.Millisecond); err != nil {

@@ -159,16 +159,16 @@ type sample struct {
 	goroutines  int
 	poolConns   int32 // connections the client pool holds
 	serverConns int   // backends of the client pool (pg_stat_activity)
-	workerPool  int32 // connections the worker's pool holds
-	workerConns int   // backends of the worker's pool
+	workerPool  int32 // connections the workers' pools hold
+	workerConns int   // backends of the workers' pools
 	idleInTx    int   // of those, idle inside a transaction right now
 	allClients  int   // every client backend, the monitor's included
 	pending     int64 // jobs PENDING
 	leased      int64 // jobs LEASED
 	jobs        int64 // every job
-	// workerLeases is the LEASED jobs the runtime's worker holds (claimed,
-	// running, or finished and not yet committed): never above its
-	// Concurrency. deadlocks is pg_stat_database.deadlocks of the
+	// workerLeases is the most LEASED jobs one of the runtime's workers
+	// holds (claimed, running, or finished and not yet committed): never
+	// above its Concurrency. deadlocks is pg_stat_database.deadlocks of the
 	// database, a counter since the server started.
 	workerLeases int64
 	deadlocks    int64
@@ -187,7 +187,7 @@ var (
 // takeSample reads memory and goroutines from the process and the
 // connection counts and queue depth from the server (over the monitor
 // pool, whose own backend is counted only in allClients).
-func takeSample(ctx context.Context, monitor, clients, workers *pgxpool.Pool, st *stats, start time.Time, note string) sample {
+func takeSample(ctx context.Context, monitor, clients *pgxpool.Pool, workers []*pgxpool.Pool, ids []string, st *stats, start time.Time, note string) sample {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	s := sample{
@@ -197,8 +197,10 @@ func takeSample(ctx context.Context, monitor, clients, workers *pgxpool.Pool, st
 		heapInuse:  ms.HeapInuse,
 		goroutines: runtime.NumGoroutine(),
 		poolConns:  clients.Stat().TotalConns(),
-		workerPool: workers.Stat().TotalConns(),
 		note:       note,
+	}
+	for _, p := range workers {
+		s.workerPool += p.Stat().TotalConns()
 	}
 	total := st.total.Load()
 	if d := (s.at - lastAt).Seconds(); d > 0 {
@@ -221,8 +223,9 @@ func takeSample(ctx context.Context, monitor, clients, workers *pgxpool.Pool, st
 	}
 	if err == nil {
 		err = monitor.QueryRow(qctx, `
-			SELECT (SELECT count(*) FROM job_queue WHERE status = 'LEASED' AND worker_id = $1),
-			       (SELECT deadlocks FROM pg_stat_database WHERE datname = current_database())`, workerID).Scan(&s.workerLeases, &s.deadlocks)
+			SELECT (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM job_queue
+			        WHERE status = 'LEASED' AND worker_id = ANY($1) GROUP BY worker_id) l),
+			       (SELECT deadlocks FROM pg_stat_database WHERE datname = current_database())`, ids).Scan(&s.workerLeases, &s.deadlocks)
 	}
 	if err != nil {
 		s.serverConns, s.workerConns, s.allClients, s.pending, s.leased, s.jobs = -1, -1, -1, -1, -1, -1
