@@ -42,6 +42,30 @@ func (q *Queries) ScheduleAdvance(ctx context.Context, db DBTX, arg ScheduleAdva
 	return err
 }
 
+const scheduleAnyDue = `-- name: ScheduleAnyDue :one
+SELECT true AS due
+FROM job_schedules
+WHERE active
+  AND next_fire_at <= now()
+  AND job_type = ANY($1::text[])
+LIMIT 1
+`
+
+// ScheduleAnyDue returns a row (true) when an active schedule of one of
+// the job types is due at the database clock, and no row otherwise. The
+// worker's scheduler asks it at every poll and opens a firing transaction
+// (FireDue) only when there is a row, so a poll with nothing due costs
+// this one statement, whatever the number of schedules not due: the
+// partial index on due active schedules reads only the due ones. No lock;
+// on Citus every shard answers, in one step (a LIMIT, not EXISTS, which
+// Citus would plan apart).
+func (q *Queries) ScheduleAnyDue(ctx context.Context, db DBTX, jobTypes []string) (bool, error) {
+	row := db.QueryRow(ctx, scheduleAnyDue, jobTypes)
+	var due bool
+	err := row.Scan(&due)
+	return due, err
+}
+
 const scheduleClaimDue = `-- name: ScheduleClaimDue :many
 SELECT organization_id, name, cron, tz, job_type, payload, priority, jitter_seconds, missed, missed_max, active, next_fire_at, last_fired_at, created_at, updated_at FROM job_schedules s
 WHERE s.active

@@ -131,3 +131,19 @@ SET next_fire_at = @next_fire_at,
     last_fired_at = COALESCE(sqlc.narg(last_fired_at)::timestamptz, last_fired_at),
     updated_at = @now::timestamptz
 WHERE organization_id = @organization_id AND name = @name;
+
+-- ScheduleAnyDue returns a row (true) when an active schedule of one of
+-- the job types is due at the database clock, and no row otherwise. The
+-- worker's scheduler asks it at every poll and opens a firing transaction
+-- (FireDue) only when there is a row, so a poll with nothing due costs
+-- this one statement, whatever the number of schedules not due: the
+-- partial index on due active schedules reads only the due ones. No lock;
+-- on Citus every shard answers, in one step (a LIMIT, not EXISTS, which
+-- Citus would plan apart).
+-- name: ScheduleAnyDue :one
+SELECT true AS due
+FROM job_schedules
+WHERE active
+  AND next_fire_at <= now()
+  AND job_type = ANY(@job_types::text[])
+LIMIT 1;

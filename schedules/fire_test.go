@@ -244,3 +244,34 @@ func TestFireTickKeyHeldByAnotherRequest(t *testing.T) {
 		t.Errorf("schedule after the passed tick: %+v %v", sch, err)
 	}
 }
+
+// TestAnyDue: the poller's one-statement question is true only while an
+// active schedule of one of the asked types is due by the database clock.
+func TestAnyDue(t *testing.T) {
+	ctx, pool := setup(t)
+	anyDue := func(types ...string) bool {
+		t.Helper()
+		due, err := schedules.AnyDue(ctx, pool, types)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return due
+	}
+	if anyDue("report") {
+		t.Fatal("due without any schedule")
+	}
+	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "hourly", Cron: "0 * * * *", JobType: "report"})
+	if anyDue("report") {
+		t.Fatal("due before its next tick")
+	}
+	setCursor(t, pool, runledger.Global(), "hourly", `now() - interval '1 second'`)
+	if !anyDue("report") || anyDue("other") || anyDue() {
+		t.Fatalf("due schedule of report: report %v, other %v, none %v; want true, false, false", anyDue("report"), anyDue("other"), anyDue())
+	}
+	if _, err := schedules.Pause(ctx, pool, runledger.Global(), "hourly"); err != nil {
+		t.Fatal(err)
+	}
+	if anyDue("report") {
+		t.Fatal("a paused schedule is due")
+	}
+}

@@ -12,7 +12,9 @@ import (
 const scheduleBatch = 100
 
 // fireSchedules fires the due schedules of the worker's types at start
-// and every poll interval until ctx ends, and wakes the fetcher when a
+// and every poll interval until ctx ends (a poll first asks
+// schedules.AnyDue, one statement, and opens a firing transaction only
+// when a schedule is due), and wakes the fetcher when a
 // round fired a job (it is due now, or at its jitter). A schedule that
 // cannot fire is logged once per cursor, not at every round.
 func (r *run) fireSchedules(ctx context.Context) {
@@ -23,6 +25,15 @@ func (r *run) fireSchedules(ctx context.Context) {
 	for {
 		for {
 			callCtx, cancel := context.WithTimeout(ctx, max(r.cfg.PollInterval, 5*time.Second))
+			// Nothing due (the usual poll): one statement, no transaction.
+			due, err := schedules.AnyDue(callCtx, r.pool, r.types)
+			if err != nil || !due {
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					r.log.Warn("runledger worker: reading due schedules failed", "worker", r.fp, "err", err)
+				}
+				break
+			}
 			res, err := schedules.FireDue(callCtx, r.pool, schedules.FireRequest{JobTypes: r.types, Limit: scheduleBatch})
 			cancel()
 			if err != nil {

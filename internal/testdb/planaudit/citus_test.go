@@ -31,6 +31,7 @@ var (
 		"JobPruneListTenants":             "a prune across scopes finds its tenants, then prunes tenant by tenant",
 		"ScheduleListTenantsDue":          "the schedule firers' first step on Citus",
 		"ScheduleListBlocked":             "the firers' report of due schedules whose type is unavailable",
+		"ScheduleAnyDue":                  "the worker's scheduler asks at every poll whether any schedule of its types is due",
 	}
 	// singleServer statements lock rows of every tenant in one statement,
 	// which Citus refuses; on Citus the library runs their tenant-by-tenant
