@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,8 +35,10 @@ func workerConfig(config string) worker.Config {
 		return worker.Config{Concurrency: 1000, PollInterval: 50 * time.Millisecond}
 	case WorkerHeartbeat:
 		// Every handler holds its job; a 1.5 s lease, so heartbeats every
-		// 500 ms; no recovery (its statement would be counted).
-		return worker.Config{Concurrency: 1000, PollInterval: 50 * time.Millisecond, Lease: 1500 * time.Millisecond, RecoveryInterval: -1}
+		// 500 ms; no recovery and no scheduler (their statements would be
+		// counted).
+		return worker.Config{Concurrency: 1000, PollInterval: 50 * time.Millisecond, Lease: 1500 * time.Millisecond,
+			RecoveryInterval: -1, DisableSchedules: true}
 	default:
 		return worker.Config{Concurrency: 50}
 	}
@@ -45,7 +48,7 @@ func (runledgerWorkers) Describe(config string) string {
 	c := workerConfig(config)
 	switch config {
 	case WorkerHeartbeat:
-		return fmt.Sprintf("worker.Config{Concurrency: the jobs held, PollInterval: %s, Lease: %s, RecoveryInterval: -1}; heartbeats every %s", c.PollInterval, c.Lease, c.Lease/3)
+		return fmt.Sprintf("worker.Config{Concurrency: the jobs held, PollInterval: %s, Lease: %s, RecoveryInterval: -1, DisableSchedules: true}; heartbeats every %s", c.PollInterval, c.Lease, c.Lease/3)
 	case WorkerTuned:
 		return fmt.Sprintf("worker.Config{Concurrency: %d, PollInterval: %s}; lease 30s, heartbeats every 10s, LISTEN/NOTIFY wake-ups, recovery every 10s (defaults)", c.Concurrency, c.PollInterval)
 	}
@@ -81,20 +84,34 @@ func (runledgerWorkers) Reset(ctx context.Context, dbURL string) error {
 	return execOn(ctx, dbURL, `TRUNCATE job_events, job_queue CASCADE`)
 }
 
-// Insert inserts n jobs and their ENQUEUED events in one statement, as
-// jobs.Enqueue writes them (benchmark seeding: SQL of the bench's own).
+// Insert enqueues n jobs through jobs.EnqueueMany, in batches of
+// jobs.MaxEnqueueMany, as an application fanning out work does: each job
+// with its ENQUEUED event, one statement per batch.
 func (runledgerWorkers) Insert(ctx context.Context, dbURL string, n int) error {
-	return execOn(ctx, dbURL, `
-		WITH inserted AS (
-		    INSERT INTO job_queue (id, job_type, organization_id, payload, max_attempts)
-		    SELECT runledger_bench_new_id(), '`+WorkerJobType+`', '00000000-0000-0000-0000-000000000000',
-		           jsonb_build_object('n', n), 3
-		    FROM generate_series(1, $1::bigint) n
-		    RETURNING organization_id, id, run_number, stage, job_type
-		)
-		INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
-		SELECT organization_id, id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
-		FROM inserted`, int64(n))
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	maxAttempts := int32(3)
+	for done := 0; done < n; {
+		reqs := make([]jobs.EnqueueRequest, min(n-done, jobs.MaxEnqueueMany))
+		for i := range reqs {
+			reqs[i] = jobs.EnqueueRequest{JobType: WorkerJobType, MaxAttempts: &maxAttempts,
+				Payload: json.RawMessage(`{"n":` + strconv.Itoa(done+i+1) + `}`)}
+		}
+		results, err := jobs.EnqueueMany(ctx, pool, reqs)
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		done += len(reqs)
+	}
+	return nil
 }
 
 type trivialPayload struct {
