@@ -20,8 +20,9 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: generate
-generate: ## Regenerate db/ from schema/ and queries/ with the pinned sqlc
+generate: ## Regenerate db/ from schema/ and queries/ with the pinned sqlc, and docs/ERRORS.md from the error catalogue
 	$(SQLC) generate
+	$(GO) generate ./internal/errs
 
 .PHONY: check-generated
 check-generated: ## Fail when a query does not compile or db/ differs from what sqlc writes
