@@ -235,3 +235,23 @@ var Catalogue = []Entry{
 	{"cli.no_database_server", runledger.CategoryInternal,
 		"No database is configured and no PostgreSQL server could be started. Set `--database-url` or `DATABASE_URL`, or install PostgreSQL."},
 }
+
+// Recorded lists the failure codes the ledger and the worker store on a
+// job (its last_error_code and its failure event) for failures nobody
+// returned as an error: a lease that ran out, an attempt the worker
+// classified itself. A handler's own error stores its own code (see
+// worker.ErrorCoder). docs/ERRORS.md lists them after the catalogue.
+var Recorded = []Entry{
+	{"job.lease_expired", "",
+		"The attempt's lease ran out (its worker died, stalled or lost the database) and lease recovery took the job back: it is retried while attempts remain, else dead-lettered."},
+	{"worker.handler_failed", "",
+		"The handler returned an error that names no code of its own; retried after the backoff while attempts remain."},
+	{"worker.panicked", "",
+		"The handler panicked; the attempt is dead-lettered (failure kind PANICKED)."},
+	{"worker.timeout", "",
+		"The handler ran past the job's timeout, or returned success after it; retried while attempts remain (failure kind TIMEOUT)."},
+	{"worker.payload_invalid", "",
+		"The payload does not decode into the handler's payload type; dead-lettered at once."},
+	{"worker.output_invalid", "",
+		"The handler's output or error is one the database cannot store (not JSON `jsonb` accepts, over the size limit, a NUL byte, a code over 255 bytes); the attempt fails terminally and nothing of it is stored."},
+}

@@ -107,7 +107,7 @@ func render(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return t.Execute(w, map[string]any{"Sections": sections, "Count": len(errs.Catalogue)})
+	return t.Execute(w, map[string]any{"Sections": sections, "Count": len(errs.Catalogue), "Recorded": errs.Recorded})
 }
 
 // cell makes s safe inside a Markdown table cell.
