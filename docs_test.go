@@ -1,9 +1,11 @@
 package runledger_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -168,4 +170,61 @@ func headingAnchors(src string) map[string]bool {
 		seen[slug]++
 	}
 	return anchors
+}
+
+// goBlock matches a fenced Go code block of a Markdown page.
+var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
+
+// TestReadmeProgramsBuild fails when a complete program of README.md (a
+// Go block of package main) does not build against the module as it is. The programs are laid over the module through go's -overlay, as
+// packages of their own that exist nowhere on disk.
+func TestReadmeProgramsBuild(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the README's programs with the go command")
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	replace := map[string]string{}
+	var pkgs []string
+	for i, m := range goBlock.FindAllStringSubmatch(string(src), -1) {
+		if !strings.HasPrefix(strings.TrimSpace(m[1]), "package main") {
+			continue
+		}
+		file := filepath.Join(dir, fmt.Sprintf("program%d.go", i))
+		if err := os.WriteFile(file, []byte(m[1]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		pkg := fmt.Sprintf("internal/readmeprogram%d", i)
+		replace[filepath.Join(root, filepath.FromSlash(pkg), "main.go")] = file
+		pkgs = append(pkgs, "./"+pkg)
+	}
+	if len(pkgs) < 2 {
+		t.Fatalf("README.md has %d complete programs, want the library's and the worker's", len(pkgs))
+	}
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlayFile := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin") + string(filepath.Separator)
+	cmd := exec.Command(goCmd, append([]string{"build", "-overlay", overlayFile, "-o", bin}, pkgs...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build of README.md's programs: %v\n%s", err, out)
+	}
 }
