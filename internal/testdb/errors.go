@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/internal/errs"
 )
 
 // WantCode fails the test unless err is a *runledger.Error with code and
-// the category that code is published with (Validation for a code the
-// root package does not name, such as "job.payload_invalid"), and returns
-// it.
+// the category that code is published with in the error catalogue, and
+// returns it.
 func WantCode(t testing.TB, err error, code runledger.Code) *runledger.Error {
 	t.Helper()
 	var e *runledger.Error
@@ -22,7 +22,7 @@ func WantCode(t testing.TB, err error, code runledger.Code) *runledger.Error {
 	}
 	want, ok := codeCategories[code]
 	if !ok {
-		want = runledger.CategoryValidation
+		t.Fatalf("code %s is not in the error catalogue (internal/errs)", code)
 	}
 	if e.Category != want || runledger.CategoryOf(err) != want {
 		t.Fatalf("category of %s = %s, want %s", code, e.Category, want)
@@ -55,21 +55,13 @@ func WantCommitUnconfirmed(t testing.TB, err error) {
 	}
 }
 
-// codeCategories are the published categories of the codes that are not
-// Validation codes; the category is part of each code's contract.
-var codeCategories = map[runledger.Code]runledger.Category{
-	runledger.CodeJobNotFound:               runledger.CategoryNotFound,
-	runledger.CodeDefinitionMissing:         runledger.CategoryNotFound,
-	runledger.CodeIdempotencyConflict:       runledger.CategoryConflict,
-	runledger.CodeReplayIdempotencyConflict: runledger.CategoryConflict,
-	runledger.CodeAlreadyEnqueued:           runledger.CategoryConflict,
-	runledger.CodeLeaseMismatch:             runledger.CategoryConflict,
-	runledger.CodeNotCancelable:             runledger.CategoryConflict,
-	runledger.CodeUniqueViolation:           runledger.CategoryConflict,
-	runledger.CodeTransient:                 runledger.CategoryTransient,
-	runledger.CodeQueryFailed:               runledger.CategoryInternal,
-	runledger.CodeInvariantViolated:         runledger.CategoryInternal,
-	runledger.CodeReplaySourceUnstable:      runledger.CategoryInternal,
-	runledger.ErrCommitUnconfirmed:          runledger.CategoryInternal,
-	"db.permission_denied":                  runledger.CategoryForbidden,
-}
+// codeCategories are the published categories of every code, from the
+// catalogue docs/ERRORS.md is generated from: the category is part of each
+// code's contract.
+var codeCategories = func() map[runledger.Code]runledger.Category {
+	m := make(map[runledger.Code]runledger.Category, len(errs.Catalogue))
+	for _, e := range errs.Catalogue {
+		m[e.Code] = e.Category
+	}
+	return m
+}()
