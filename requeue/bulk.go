@@ -315,13 +315,10 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest, onChunk func
 	if f := req.Filter; f != nil {
 		br.Page, br.Until, br.Limit, br.Count = a.keyset().Page, f.FinishedUntil, f.Limit, req.Count
 	}
-	t, err := bulkAdapter.Run(ctx, pool, br, a.chunk, a.single, func(c bulk.Chunk[BulkResult]) error {
-		if onChunk == nil {
-			return nil
-		}
-		return onChunk(BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Counts: c.Counts,
-			Total: summaryOf(c.Totals), Elapsed: c.Elapsed, Expected: c.Expected, FinishedUntil: c.Until})
-	})
+	t, err := bulkAdapter.Run(ctx, pool, br, a.chunk, a.single, bulk.Report(onChunk, func(c bulk.Chunk[BulkResult]) BulkChunk {
+		return BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Counts: c.Counts,
+			Total: summaryOf(c.Totals), Elapsed: c.Elapsed, Expected: c.Expected, FinishedUntil: c.Until}
+	}))
 	return summaryOf(t), err
 }
 

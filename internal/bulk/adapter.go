@@ -222,6 +222,16 @@ func (a *Adapter[S, R, O]) Run(ctx context.Context, pool *pgxpool.Pool, req Requ
 	return Run(ctx, sp, onChunk)
 }
 
+// Report adapts an operation's public per-chunk callback to the
+// engine's: each chunk is converted to the operation's report type before
+// onChunk sees it. A nil onChunk reports nothing.
+func Report[R, C any](onChunk func(C) error, convert func(Chunk[R]) C) func(Chunk[R]) error {
+	if onChunk == nil {
+		return nil
+	}
+	return func(c Chunk[R]) error { return onChunk(convert(c)) }
+}
+
 // Index is o's place in a.Outcomes, the index of its count in Totals and
 // Chunk (-1 for none).
 func (a *Adapter[S, R, O]) Index(o O) int {
