@@ -268,7 +268,7 @@ func (b *bulkAction) inserted(results []BulkResult, lockedAt []int, newIDs []uui
 // (in a transaction that rolls back, in a dry run) and turns its verdict
 // into a result.
 func (b *bulkAction) single(ctx context.Context, src Source) (BulkResult, error) {
-	req := Request{Scope: b.req.Scope, SourceJobID: src.JobID, ExpectedRunNumber: src.ExpectedRunNumber, Key: b.req.Key, Reason: b.req.Reason}
+	req := Request{Scope: b.req.Scope, SourceJobID: src.JobID, ExpectedRunNumber: src.ExpectedRunNumber, Key: b.req.Key, Reason: b.req.Reason, Operator: b.req.Operator}
 	out, err := bulk.Alone(ctx, b.pool, b.req.DryRun, bulkOperation,
 		func(ctx context.Context) (Outcome, error) { return SucceededJob(ctx, b.pool, req) },
 		func(ctx context.Context, tx pgx.Tx) (Outcome, error) { return run(ctx, txn.Join(tx, txOperation), req) })

@@ -184,7 +184,7 @@ func (b *bulkAction) keyset() bulk.Keyset[Source, db.JobListFinishedForRequeueRo
 // into a result.
 func (b *bulkAction) single(ctx context.Context, src Source) (BulkResult, error) {
 	req := Request{Scope: b.req.Scope, JobID: src.JobID, ExpectedStatus: src.ExpectedStatus, ExpectedRunNumber: src.ExpectedRunNumber,
-		StatePolicy: b.req.StatePolicy, Reason: b.req.Reason}
+		StatePolicy: b.req.StatePolicy, Reason: b.req.Reason, Operator: b.req.Operator}
 	out, err := bulk.Alone(ctx, b.pool, b.req.DryRun, bulkOperation,
 		func(ctx context.Context) (Outcome, error) { return Job(ctx, b.pool, req) },
 		func(ctx context.Context, tx pgx.Tx) (Outcome, error) { return run(ctx, txn.Join(tx, txOperation), req) })
