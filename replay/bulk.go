@@ -11,10 +11,8 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/bulk"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/txn"
-	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // Bulk compare-and-replay: one request key and one reason for a whole
@@ -23,36 +21,33 @@ import (
 
 // DefaultBulkChunk is the number of sources per transaction when
 // BulkRequest.ChunkSize is 0.
-const DefaultBulkChunk = 1000
+const DefaultBulkChunk = bulk.DefaultChunk
 
-// maxJobTypeBytes is the longest job type a filter accepts, as
-// jobs.MaxJobTypeBytes.
-const maxJobTypeBytes = 255
-
-// The bulk-request validation errors, all category Validation. A bulk
-// request's key and reason fail with the single replay's codes.
-var (
-	errBulkSelection = errs.Validation("job.replay_bulk_selection_invalid",
-		"Bulk replay needs exactly one selection: a list of sources or a filter.")
-	errBulkSourcesEmpty = errs.Validation("job.replay_bulk_sources_empty",
-		"Bulk replay source list is empty.")
-	errBulkDuplicate = errs.Validation("job.replay_bulk_duplicate_source",
-		"Bulk replay source list names a job twice.")
-	errBulkRange = errs.Validation("job.replay_bulk_range_invalid",
-		"Bulk replay succeeded-since time must be before the succeeded-until time.")
-	errBulkLimit = errs.Validation("job.replay_bulk_limit_invalid",
-		"Bulk replay limit must be positive.")
-	errBulkChunk = errs.Validation("job.replay_bulk_chunk_invalid",
-		"Bulk replay chunk size must be positive.")
-	errBulkRate = errs.Validation("job.replay_bulk_rate_invalid",
-		"Bulk replay rate must be positive.")
-	errBulkJobTypeBlank = errs.Validation("job.job_type_blank",
-		"Job type must not be blank.")
-	errBulkJobTypeInvalid = errs.Validation("job.job_type_invalid",
-		"Job type must be valid UTF-8 without NUL bytes.")
-	errBulkJobTypeTooLong = errs.Validation("job.job_type_too_long",
-		"Job type is too long (at most 255 bytes).")
-)
+// bulkAdapter is bulk replay's part of the bulk engine: its validation
+// codes, its outcomes and how a source is identified. A bulk request's
+// key and reason fail with the single replay's codes, a filter's job type
+// with the job type's.
+var bulkAdapter = &bulk.Adapter[Source, BulkResult, BulkOutcome]{
+	Noun: "bulk replay", Item: "source", Bound: "succeeded", Op: bulkOperation,
+	Selection: errs.Validation("job.replay_bulk_selection_invalid",
+		"Bulk replay needs exactly one selection: a list of sources or a filter."),
+	SourcesEmpty: errs.Validation("job.replay_bulk_sources_empty",
+		"Bulk replay source list is empty."),
+	Duplicate: errs.Validation("job.replay_bulk_duplicate_source",
+		"Bulk replay source list names a job twice."),
+	Range: errs.Validation("job.replay_bulk_range_invalid",
+		"Bulk replay succeeded-since time must be before the succeeded-until time."),
+	Limit: errs.Validation("job.replay_bulk_limit_invalid",
+		"Bulk replay limit must be positive."),
+	Chunk: errs.Validation("job.replay_bulk_chunk_invalid",
+		"Bulk replay chunk size must be positive."),
+	Rate: errs.Validation("job.replay_bulk_rate_invalid",
+		"Bulk replay rate must be positive."),
+	ID:       func(s Source) uuid.UUID { return s.JobID },
+	Outcomes: bulkOutcomes[:],
+	Outcome:  func(r BulkResult) BulkOutcome { return r.Result },
+	Wrote:    BulkInserted,
+}
 
 // BulkRequest is one bulk action: one key and one reason for every source
 // it selects, by an explicit list (Sources, or Stream for a list too long
@@ -183,19 +178,9 @@ type BulkSummary struct {
 var bulkOutcomes = [...]BulkOutcome{BulkInserted, BulkExisting, BulkConflict, BulkMismatch, BulkNotFound,
 	BulkWorkflowManaged, BulkDefinitionUnavailable}
 
-// outcomeIndex is o's place in bulkOutcomes (-1 for none).
-func outcomeIndex(o BulkOutcome) int {
-	for i, x := range bulkOutcomes {
-		if x == o {
-			return i
-		}
-	}
-	return -1
-}
-
 // summaryOf is the engine's totals as a BulkSummary.
 func summaryOf(t bulk.Totals) BulkSummary {
-	c := func(o BulkOutcome) int { return t.Counts[outcomeIndex(o)] }
+	c := func(o BulkOutcome) int { return bulkAdapter.Count(t, o) }
 	return BulkSummary{Selected: t.Selected, Inserted: c(BulkInserted), Existing: c(BulkExisting),
 		Conflict: c(BulkConflict), Mismatch: c(BulkMismatch), NotFound: c(BulkNotFound),
 		WorkflowManaged: c(BulkWorkflowManaged), DefinitionUnavailable: c(BulkDefinitionUnavailable)}
@@ -248,53 +233,23 @@ func (r BulkRequest) Validate() error {
 	if err := (Request{Scope: r.Scope, Key: r.Key, Reason: r.Reason, Operator: r.Operator}).Validate(); err != nil {
 		return err
 	}
-	n := 0
-	for _, set := range []bool{r.Sources != nil, r.Stream != nil, r.Filter != nil} {
-		if set {
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return errBulkSelection.New("bulk replay request has neither sources nor a filter")
-	case n > 1:
-		return errBulkSelection.New("bulk replay request has more than one of a source list, a source stream and a filter")
-	case r.Sources != nil && len(r.Sources) == 0:
-		return errBulkSourcesEmpty.New("bulk replay source list is empty")
-	}
-	if r.Sources != nil {
-		seen := make(map[uuid.UUID]int, len(r.Sources))
-		for i, s := range r.Sources {
-			if j, ok := seen[s.JobID]; ok {
-				return errBulkDuplicate.Newf("bulk replay sources %d and %d are both job %s", j+1, i+1, s.JobID)
-			}
-			seen[s.JobID] = i
-		}
+	if err := bulkAdapter.ValidateSelection(r.selection()); err != nil {
+		return err
 	}
 	if f := r.Filter; f != nil {
-		switch validate.Text(f.JobType, maxJobTypeBytes) {
-		case validate.Blank:
-			return errBulkJobTypeBlank.Newf("bulk replay filter job type %q is blank", f.JobType)
-		case validate.Unclean:
-			return errBulkJobTypeInvalid.New("bulk replay filter job type holds a NUL byte or invalid UTF-8")
-		case validate.TooLong:
-			return errBulkJobTypeTooLong.Newf("job type must be at most %d bytes, got %d", maxJobTypeBytes, len(f.JobType))
+		if err := bulkAdapter.ValidateJobType(f.JobType); err != nil {
+			return err
 		}
-		if f.SucceededSince != nil && f.SucceededUntil != nil && !f.SucceededSince.Before(*f.SucceededUntil) {
-			return errBulkRange.Newf("bulk replay succeeded-since %s is not before succeeded-until %s",
-				f.SucceededSince.UTC().Format(time.RFC3339Nano), f.SucceededUntil.UTC().Format(time.RFC3339Nano))
-		}
-		if f.Limit < 0 {
-			return errBulkLimit.Newf("bulk replay limit is %d", f.Limit)
+		if err := bulkAdapter.ValidateWindow(f.SucceededSince, f.SucceededUntil, f.Limit); err != nil {
+			return err
 		}
 	}
-	if r.ChunkSize < 0 {
-		return errBulkChunk.Newf("bulk replay chunk size is %d", r.ChunkSize)
-	}
-	if r.Rate < 0 {
-		return errBulkRate.Newf("bulk replay rate is %d", r.Rate)
-	}
-	return nil
+	return bulkAdapter.ValidatePace(r.ChunkSize, r.Rate)
+}
+
+// selection is the request's selection as the engine takes it.
+func (r BulkRequest) selection() bulk.Selection[Source] {
+	return bulk.Selection[Source]{Sources: r.Sources, Stream: r.Stream, Filter: r.Filter != nil}
 }
 
 // Bulk runs a bulk action chunk by chunk and returns the totals, also on
@@ -353,32 +308,15 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest, onChunk func
 		return BulkSummary{}, err
 	}
 	a := &bulkAction{pool: pool, req: req}
-	sp := bulk.Spec[Source, BulkResult]{
-		Pool: pool, Op: bulkOperation, Label: req.Key,
-		ChunkSize: req.ChunkSize, Rate: req.Rate, DryRun: req.DryRun, Stop: req.Stop,
-		Chunk: a.chunk, One: a.single,
-		Outcomes: len(bulkOutcomes),
-		Outcome:  func(r BulkResult) int { return outcomeIndex(r.Result) },
-		Wrote:    func(r BulkResult) bool { return r.Result == BulkInserted },
+	br := bulk.Request[Source]{Selection: req.selection(), Label: req.Key,
+		ChunkSize: req.ChunkSize, Rate: req.Rate, DryRun: req.DryRun, Stop: req.Stop}
+	if f := req.Filter; f != nil {
+		br.Page, br.Until, br.Limit, br.Count = a.keyset().Page, f.SucceededUntil, f.Limit, req.Count
 	}
-	if sp.ChunkSize == 0 {
-		sp.ChunkSize = DefaultBulkChunk
-	}
-	switch {
-	case req.Filter != nil:
-		sp.Filter = &bulk.Filter[Source]{Page: a.page, Until: req.Filter.SucceededUntil, Limit: req.Filter.Limit, Count: req.Count}
-	case req.Sources != nil:
-		sp.List, sp.Expected = bulk.Slice(req.Sources), len(req.Sources)
-	default:
-		sp.List = req.Stream
-	}
-	t, err := bulk.Run(ctx, sp, func(c bulk.Chunk[BulkResult]) error {
-		if onChunk == nil {
-			return nil
-		}
-		return onChunk(BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Total: summaryOf(c.Totals),
-			Elapsed: c.Elapsed, Expected: c.Expected, SucceededUntil: c.Until})
-	})
+	t, err := bulkAdapter.Run(ctx, pool, br, a.chunk, a.single, bulk.Report(onChunk, func(c bulk.Chunk[BulkResult]) BulkChunk {
+		return BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Total: summaryOf(c.Totals),
+			Elapsed: c.Elapsed, Expected: c.Expected, SucceededUntil: c.Until}
+	}))
 	return summaryOf(t), err
 }
 
@@ -399,15 +337,7 @@ func BulkCount(ctx context.Context, q db.DBTX, req BulkRequest) (int, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
-	if req.Stream != nil {
-		return 0, errBulkSelection.New("bulk replay source stream cannot be counted before it is read")
-	}
-	if req.Filter == nil {
-		return len(req.Sources), nil
-	}
-	n, err := countSelection(ctx, q, req, req.Filter.SucceededUntil)
-	if err != nil {
-		return 0, dberr.Translate(ctx, "count bulk job replay sources", err)
-	}
-	return n, nil
+	return bulkAdapter.CountSelection(ctx, req.selection(), "count bulk job replay sources", func() (int, error) {
+		return countSelection(ctx, q, req, req.Filter.SucceededUntil)
+	})
 }

@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,7 +12,6 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/bulk"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
@@ -45,16 +43,6 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 	var none bulk.Done[Source, BulkResult]
 	s := c.Session
 	org := rows.Tenant(b.req.Scope)
-	if b.req.Filter == nil {
-		seen := make(map[uuid.UUID]struct{}, len(sources))
-		for _, src := range sources {
-			if _, dup := seen[src.JobID]; dup {
-				return none, errBulkDuplicate.Newf("bulk replay source stream names job %s twice in chunk %d", src.JobID, c.Index+1)
-			}
-			seen[src.JobID] = struct{}{}
-		}
-	}
-
 	ids := make([]uuid.UUID, len(sources))
 	runs := make([]int32, len(sources))
 	for i, src := range sources {
@@ -186,59 +174,35 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 	return bulk.Done[Source, BulkResult]{Results: results, Later: later}, nil
 }
 
-// page selects a filter's next page (at most q.Max sources after
-// q.After, below q.Until or, on the first page of an open-ended filter,
-// below now(), which it returns) in the session's transaction, in one
-// round trip with BEGIN; on the first page with q.Count, the count of the
-// whole selection under the same bound rides the same round trip.
-func (b *bulkAction) page(ctx context.Context, s *txn.Session, q bulk.PageQuery) (bulk.Page[Source], error) {
+// keyset is the filter's page function (bulk.Keyset): the succeeded jobs
+// of the filter's type in the request's scope after the cursor, in finish
+// order, without the replays made under the request's key.
+func (b *bulkAction) keyset() bulk.Keyset[Source, db.JobListSucceededForReplayRow] {
 	f := b.req.Filter
-	var page bulk.Page[Source]
-	var afterAt *time.Time
-	var afterID *uuid.UUID
-	if q.After != nil {
-		at, id := q.After.At, q.After.ID
-		afterAt, afterID = &at, &id
+	return bulk.Keyset[Source, db.JobListSucceededForReplayRow]{
+		Noun: "bulk job replay",
+		Count: func(ctx context.Context, q db.DBTX, until *time.Time) (int, error) {
+			return countSelection(ctx, q, b.req, until)
+		},
+		Select: func(ctx context.Context, q db.DBTX, afterAt *time.Time, afterID *uuid.UUID, until *time.Time, max int32) ([]db.JobListSucceededForReplayRow, error) {
+			return queries.JobListSucceededForReplay(ctx, q, db.JobListSucceededForReplayParams{
+				JobType: f.JobType, OrganizationID: rows.Tenant(b.req.Scope), Since: f.SucceededSince, Until: until,
+				AfterFinishedAt: afterAt, AfterID: afterID, ReplayRequestKey: b.req.Key, MaxJobs: max,
+			})
+		},
+		Source: func(r db.JobListSucceededForReplayRow) (Source, bulk.Cursor, time.Time) {
+			return Source{JobID: r.ID, ExpectedRunNumber: r.RunNumber}, bulk.Cursor{At: r.FinishedAt, ID: r.ID}, r.SelectionUntil
+		},
 	}
-	bt := s.Batch(ctx)
-	var count *txn.Step[int]
-	if q.Count {
-		count = txn.Queue(bt, "count bulk job replay sources", func(d db.DBTX) (int, error) {
-			return countSelection(ctx, d, b.req, q.Until)
-		})
-	}
-	st := txn.Queue(bt, "select bulk job replay sources", func(d db.DBTX) ([]db.JobListSucceededForReplayRow, error) {
-		return queries.JobListSucceededForReplay(ctx, d, db.JobListSucceededForReplayParams{
-			JobType: f.JobType, OrganizationID: rows.Tenant(b.req.Scope), Since: f.SucceededSince, Until: q.Until,
-			AfterFinishedAt: afterAt, AfterID: afterID, ReplayRequestKey: b.req.Key, MaxJobs: int32(q.Max),
-		})
-	})
-	if err := bt.Send(ctx); err != nil {
-		return page, err
-	}
-	if count != nil {
-		page.Count, page.Counted = count.Val, true
-	}
-	page.Sources = make([]Source, 0, len(st.Val))
-	for _, r := range st.Val {
-		page.Sources = append(page.Sources, Source{JobID: r.ID, ExpectedRunNumber: r.RunNumber})
-		page.Next = bulk.Cursor{At: r.FinishedAt, ID: r.ID}
-		page.Until = r.SelectionUntil
-	}
-	return page, nil
 }
 
 // countSelection counts the request's filter selection from the start,
 // at most its Limit, below until (nil: now()) on q.
 func countSelection(ctx context.Context, q db.DBTX, req BulkRequest, until *time.Time) (int, error) {
 	f := req.Filter
-	max := int32(math.MaxInt32)
-	if f.Limit > 0 && f.Limit < math.MaxInt32 {
-		max = int32(f.Limit)
-	}
 	n, err := queries.JobCountSucceededForReplay(ctx, q, db.JobCountSucceededForReplayParams{
 		JobType: f.JobType, OrganizationID: rows.Tenant(req.Scope), Since: f.SucceededSince, Until: until,
-		ReplayRequestKey: req.Key, MaxJobs: max,
+		ReplayRequestKey: req.Key, MaxJobs: bulk.MaxJobs(f.Limit),
 	})
 	return int(n), err
 }
@@ -304,21 +268,10 @@ func (b *bulkAction) inserted(results []BulkResult, lockedAt []int, newIDs []uui
 // (in a transaction that rolls back, in a dry run) and turns its verdict
 // into a result.
 func (b *bulkAction) single(ctx context.Context, src Source) (BulkResult, error) {
-	req := Request{Scope: b.req.Scope, SourceJobID: src.JobID, ExpectedRunNumber: src.ExpectedRunNumber, Key: b.req.Key, Reason: b.req.Reason}
-	var (
-		out Outcome
-		err error
-	)
-	if b.req.DryRun {
-		tx, berr := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-		if berr != nil {
-			return BulkResult{}, dberr.Translate(ctx, "begin "+bulkOperation+" transaction", berr)
-		}
-		out, err = run(ctx, txn.Join(tx, txOperation), req)
-		txn.Rollback(ctx, tx)
-	} else {
-		out, err = SucceededJob(ctx, b.pool, req)
-	}
+	req := Request{Scope: b.req.Scope, SourceJobID: src.JobID, ExpectedRunNumber: src.ExpectedRunNumber, Key: b.req.Key, Reason: b.req.Reason, Operator: b.req.Operator}
+	out, err := bulk.Alone(ctx, b.pool, b.req.DryRun, bulkOperation,
+		func(ctx context.Context) (Outcome, error) { return SucceededJob(ctx, b.pool, req) },
+		func(ctx context.Context, tx pgx.Tx) (Outcome, error) { return run(ctx, txn.Join(tx, txOperation), req) })
 	r := BulkResult{SourceJobID: src.JobID, SourceRunNumber: src.ExpectedRunNumber}
 	switch {
 	case errors.Is(err, runledger.CodeReplayIdempotencyConflict):

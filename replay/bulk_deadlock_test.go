@@ -151,6 +151,7 @@ func TestBulkChunkDeadlockedByACallerRunsAgain(t *testing.T) {
 // one PostgreSQL aborts (db.transient, 40P01); the chunk then goes on,
 // untouched.
 func TestBulkChunkAndCallerReplayingInDescendingOrderDeadlock(t *testing.T) {
+	t.Parallel()
 	ctx := testdb.Context(t)
 	url := testdb.NewURL(t)
 	admin := testdb.OpenPool(t, url, 4, nil)

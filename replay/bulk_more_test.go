@@ -758,3 +758,33 @@ func TestBulkStreamIsReadAChunkAtATime(t *testing.T) {
 		t.Fatalf("before the duplicate: %+v", sum)
 	}
 }
+
+// TestBulkOperatorRecordedForASourceReplayedOnItsOwn: a source the chunk
+// hands back (it changed under the locking read) is replayed on its own
+// under the request's operator too, so every ENQUEUED event of the action
+// names who asked for it.
+func TestBulkOperatorRecordedForASourceReplayedOnItsOwn(t *testing.T) {
+	ctx := context.WithValue(testdb.Context(t), retryMarker{}, true)
+	pool := testdb.New(t)
+	scope := runledger.Organization(uuid.New())
+	ids := seedSucceeded(t, pool, scope, "email", 3, time.Now().Add(-time.Hour))
+	mine := func(ctx context.Context) bool { return ctx.Value(retryMarker{}) != nil }
+
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING' WHERE id = $1`, ids[1])
+	disable := failpoint.EnableFor(replay.FailpointBulkAfterLock, func(ctx context.Context, _ any) {
+		if mine(ctx) {
+			testdb.Exec(t, pool, `UPDATE job_queue SET status = 'SUCCEEDED' WHERE id = $1`, ids[1])
+		}
+	}, mine)
+	sum, results := collect(t, ctx, pool, replay.BulkRequest{Scope: scope, Key: "op", Reason: "r", Operator: "alice@example.com", Sources: listOf(ids, 1)})
+	disable()
+	if sum.Inserted != 3 || results[1].Result != replay.BulkInserted {
+		t.Fatalf("%+v %+v", sum, results)
+	}
+	for _, r := range results {
+		op := testdb.Scalar[string](t, pool, `SELECT coalesce(payload->>'operator', '') FROM job_events WHERE job_id = $1 AND event_type = 'ENQUEUED'`, *r.ReplayJobID)
+		if op != "alice@example.com" {
+			t.Fatalf("replay of %s: ENQUEUED operator %q, want alice@example.com", r.SourceJobID, op)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 // ENQUEUED event as "operator" (six keys); a bad one is refused before any
 // database work.
 func TestOperatorRecordedWhenSet(t *testing.T) {
+	t.Parallel()
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
 	src := testdb.Seed(t, pool, testdb.Succeeded(runledger.Global()))

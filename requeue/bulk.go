@@ -3,7 +3,6 @@ package requeue
 import (
 	"context"
 	"iter"
-	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,7 +11,6 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/bulk"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
@@ -25,42 +23,41 @@ import (
 
 // DefaultBulkChunk is the number of jobs per transaction when
 // BulkRequest.ChunkSize is 0.
-const DefaultBulkChunk = 1000
+const DefaultBulkChunk = bulk.DefaultChunk
 
-// maxJobTypeBytes is the longest job type a filter accepts, as
-// jobs.MaxJobTypeBytes; maxErrorCodeBytes the longest error code.
-const (
-	maxJobTypeBytes   = 255
-	maxErrorCodeBytes = 255
-)
+// maxErrorCodeBytes is the longest error code a filter accepts.
+const maxErrorCodeBytes = 255
 
-// The bulk-request validation errors, all category Validation. A bulk
+// bulkAdapter is bulk requeue's part of the bulk engine: its validation
+// codes, its outcomes and how a job is identified and checked. A bulk
 // request's reason, scope and state policy fail with the single
-// requeue's codes.
-var (
-	errBulkSelection = errs.Validation("job.requeue_bulk_selection_invalid",
-		"Bulk requeue needs exactly one selection: a list of jobs or a filter.")
-	errBulkSourcesEmpty = errs.Validation("job.requeue_bulk_sources_empty",
-		"Bulk requeue job list is empty.")
-	errBulkDuplicate = errs.Validation("job.requeue_bulk_duplicate_source",
-		"Bulk requeue job list names a job twice.")
-	errBulkRange = errs.Validation("job.requeue_bulk_range_invalid",
-		"Bulk requeue finished-since time must be before the finished-until time.")
-	errBulkLimit = errs.Validation("job.requeue_bulk_limit_invalid",
-		"Bulk requeue limit must be positive.")
-	errBulkChunk = errs.Validation("job.requeue_bulk_chunk_invalid",
-		"Bulk requeue chunk size must be positive.")
-	errBulkRate = errs.Validation("job.requeue_bulk_rate_invalid",
-		"Bulk requeue rate must be positive.")
-	errBulkJobType = errs.Validation("job.job_type_invalid",
-		"Job type must be valid UTF-8 without NUL bytes.")
-	errBulkJobTypeBlank = errs.Validation("job.job_type_blank",
-		"Job type must not be blank.")
-	errBulkJobTypeTooLong = errs.Validation("job.job_type_too_long",
-		"Job type is too long (at most 255 bytes).")
-	errBulkErrorCode = errs.Validation("job.requeue_bulk_error_code_invalid",
-		"Bulk requeue error code must be non-blank, valid UTF-8 without NUL bytes, at most 255 bytes.")
-)
+// requeue's codes, a filter's job type with the job type's.
+var bulkAdapter = &bulk.Adapter[Source, BulkResult, BulkOutcome]{
+	Noun: "bulk requeue", Item: "job", Bound: "finished", Op: bulkOperation,
+	Selection: errs.Validation("job.requeue_bulk_selection_invalid",
+		"Bulk requeue needs exactly one selection: a list of jobs or a filter."),
+	SourcesEmpty: errs.Validation("job.requeue_bulk_sources_empty",
+		"Bulk requeue job list is empty."),
+	Duplicate: errs.Validation("job.requeue_bulk_duplicate_source",
+		"Bulk requeue job list names a job twice."),
+	Range: errs.Validation("job.requeue_bulk_range_invalid",
+		"Bulk requeue finished-since time must be before the finished-until time."),
+	Limit: errs.Validation("job.requeue_bulk_limit_invalid",
+		"Bulk requeue limit must be positive."),
+	Chunk: errs.Validation("job.requeue_bulk_chunk_invalid",
+		"Bulk requeue chunk size must be positive."),
+	Rate: errs.Validation("job.requeue_bulk_rate_invalid",
+		"Bulk requeue rate must be positive."),
+	ID:       func(s Source) uuid.UUID { return s.JobID },
+	Check:    func(s Source) error { return s.ExpectedStatus.validate() },
+	Outcomes: BulkOutcomes,
+	Outcome:  func(r BulkResult) BulkOutcome { return r.Result },
+	Wrote:    BulkRequeued,
+}
+
+// errBulkErrorCode refuses a filter's error code.
+var errBulkErrorCode = errs.Validation("job.requeue_bulk_error_code_invalid",
+	"Bulk requeue error code must be non-blank, valid UTF-8 without NUL bytes, at most 255 bytes.")
 
 // ErrBulkStopped is what Bulk's error matches (errors.Is) when
 // BulkRequest.Stop ended the action before its selection was done.
@@ -183,16 +180,6 @@ const (
 // (requeued, existing), then the refusals.
 var BulkOutcomes = []BulkOutcome{BulkRequeued, BulkExisting, BulkMismatch, BulkNotFound, BulkWorkflowManaged, BulkNotQuiesced}
 
-// outcomeIndex is o's place in BulkOutcomes (-1 for none).
-func outcomeIndex(o BulkOutcome) int {
-	for i, x := range BulkOutcomes {
-		if x == o {
-			return i
-		}
-	}
-	return -1
-}
-
 // BulkSummary counts outcomes: Selected is the number of jobs processed,
 // the others split it by outcome.
 type BulkSummary struct {
@@ -209,9 +196,9 @@ func (s BulkSummary) Refused() int { return s.Selected - s.Requeued - s.Existing
 
 // summaryOf is the engine's totals as a BulkSummary.
 func summaryOf(t bulk.Totals) BulkSummary {
-	c := t.Counts
-	return BulkSummary{Selected: t.Selected, Requeued: c[0], Existing: c[1], Mismatch: c[2], NotFound: c[3],
-		WorkflowManaged: c[4], NotQuiesced: c[5]}
+	c := func(o BulkOutcome) int { return bulkAdapter.Count(t, o) }
+	return BulkSummary{Selected: t.Selected, Requeued: c(BulkRequeued), Existing: c(BulkExisting), Mismatch: c(BulkMismatch),
+		NotFound: c(BulkNotFound), WorkflowManaged: c(BulkWorkflowManaged), NotQuiesced: c(BulkNotQuiesced)}
 }
 
 // BulkChunk is what Bulk reports after each chunk ends, committed or (dry
@@ -266,64 +253,31 @@ func (r BulkRequest) Validate() error {
 	if _, err := validate.Operator(r.Operator); err != nil {
 		return err
 	}
-	n := 0
-	for _, set := range []bool{r.Sources != nil, r.Stream != nil, r.Filter != nil} {
-		if set {
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return errBulkSelection.New("bulk requeue request has neither jobs nor a filter")
-	case n > 1:
-		return errBulkSelection.New("bulk requeue request has more than one of a job list, a job stream and a filter")
-	case r.Sources != nil && len(r.Sources) == 0:
-		return errBulkSourcesEmpty.New("bulk requeue job list is empty")
-	}
-	if r.Sources != nil {
-		seen := make(map[uuid.UUID]int, len(r.Sources))
-		for i, s := range r.Sources {
-			if j, ok := seen[s.JobID]; ok {
-				return errBulkDuplicate.Newf("bulk requeue jobs %d and %d are both job %s", j+1, i+1, s.JobID)
-			}
-			seen[s.JobID] = i
-			if err := s.ExpectedStatus.validate(); err != nil {
-				return err
-			}
-		}
+	if err := bulkAdapter.ValidateSelection(r.selection()); err != nil {
+		return err
 	}
 	if f := r.Filter; f != nil {
 		if err := f.Status.validate(); err != nil {
 			return err
 		}
 		if f.JobType != "" {
-			switch validate.Text(f.JobType, maxJobTypeBytes) {
-			case validate.Blank:
-				return errBulkJobTypeBlank.Newf("bulk requeue filter job type %q is blank", f.JobType)
-			case validate.Unclean:
-				return errBulkJobType.New("bulk requeue filter job type holds a NUL byte or invalid UTF-8")
-			case validate.TooLong:
-				return errBulkJobTypeTooLong.Newf("job type must be at most %d bytes, got %d", maxJobTypeBytes, len(f.JobType))
+			if err := bulkAdapter.ValidateJobType(f.JobType); err != nil {
+				return err
 			}
 		}
 		if f.ErrorCode != "" && validate.Text(f.ErrorCode, maxErrorCodeBytes) != validate.OK {
 			return errBulkErrorCode.Newf("bulk requeue filter error code %q is blank, unclean or too long", f.ErrorCode)
 		}
-		if f.FinishedSince != nil && f.FinishedUntil != nil && !f.FinishedSince.Before(*f.FinishedUntil) {
-			return errBulkRange.Newf("bulk requeue finished-since %s is not before finished-until %s",
-				f.FinishedSince.UTC().Format(time.RFC3339Nano), f.FinishedUntil.UTC().Format(time.RFC3339Nano))
-		}
-		if f.Limit < 0 {
-			return errBulkLimit.Newf("bulk requeue limit is %d", f.Limit)
+		if err := bulkAdapter.ValidateWindow(f.FinishedSince, f.FinishedUntil, f.Limit); err != nil {
+			return err
 		}
 	}
-	if r.ChunkSize < 0 {
-		return errBulkChunk.Newf("bulk requeue chunk size is %d", r.ChunkSize)
-	}
-	if r.Rate < 0 {
-		return errBulkRate.Newf("bulk requeue rate is %d", r.Rate)
-	}
-	return nil
+	return bulkAdapter.ValidatePace(r.ChunkSize, r.Rate)
+}
+
+// selection is the request's selection as the engine takes it.
+func (r BulkRequest) selection() bulk.Selection[Source] {
+	return bulk.Selection[Source]{Sources: r.Sources, Stream: r.Stream, Filter: r.Filter != nil}
 }
 
 // Bulk runs a bulk action chunk by chunk and returns the totals, also on
@@ -356,32 +310,15 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest, onChunk func
 		return BulkSummary{}, err
 	}
 	a := &bulkAction{pool: pool, req: req}
-	sp := bulk.Spec[Source, BulkResult]{
-		Pool: pool, Op: bulkOperation, Label: req.Reason,
-		ChunkSize: req.ChunkSize, Rate: req.Rate, DryRun: req.DryRun, Stop: req.Stop,
-		Chunk: a.chunk, One: a.single,
-		Outcomes: len(BulkOutcomes),
-		Outcome:  func(r BulkResult) int { return outcomeIndex(r.Result) },
-		Wrote:    func(r BulkResult) bool { return r.Result == BulkRequeued },
+	br := bulk.Request[Source]{Selection: req.selection(), Label: req.Reason,
+		ChunkSize: req.ChunkSize, Rate: req.Rate, DryRun: req.DryRun, Stop: req.Stop}
+	if f := req.Filter; f != nil {
+		br.Page, br.Until, br.Limit, br.Count = a.keyset().Page, f.FinishedUntil, f.Limit, req.Count
 	}
-	if sp.ChunkSize == 0 {
-		sp.ChunkSize = DefaultBulkChunk
-	}
-	switch {
-	case req.Filter != nil:
-		sp.Filter = &bulk.Filter[Source]{Page: a.page, Until: req.Filter.FinishedUntil, Limit: req.Filter.Limit, Count: req.Count}
-	case req.Sources != nil:
-		sp.List, sp.Expected = bulk.Slice(req.Sources), len(req.Sources)
-	default:
-		sp.List = req.Stream
-	}
-	t, err := bulk.Run(ctx, sp, func(c bulk.Chunk[BulkResult]) error {
-		if onChunk == nil {
-			return nil
-		}
-		return onChunk(BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Counts: c.Counts,
-			Total: summaryOf(c.Totals), Elapsed: c.Elapsed, Expected: c.Expected, FinishedUntil: c.Until})
-	})
+	t, err := bulkAdapter.Run(ctx, pool, br, a.chunk, a.single, bulk.Report(onChunk, func(c bulk.Chunk[BulkResult]) BulkChunk {
+		return BulkChunk{Index: c.Index, Attempts: c.Attempts, Results: c.Results, Counts: c.Counts,
+			Total: summaryOf(c.Totals), Elapsed: c.Elapsed, Expected: c.Expected, FinishedUntil: c.Until}
+	}))
 	return summaryOf(t), err
 }
 
@@ -395,30 +332,18 @@ func BulkCount(ctx context.Context, q db.DBTX, req BulkRequest) (int, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
-	if req.Stream != nil {
-		return 0, errBulkSelection.New("bulk requeue job stream cannot be counted before it is read")
-	}
-	if req.Filter == nil {
-		return len(req.Sources), nil
-	}
-	n, err := countSelection(ctx, q, req, req.Filter.FinishedUntil)
-	if err != nil {
-		return 0, dberr.Translate(ctx, "count bulk job requeue sources", err)
-	}
-	return n, nil
+	return bulkAdapter.CountSelection(ctx, req.selection(), "count bulk job requeue sources", func() (int, error) {
+		return countSelection(ctx, q, req, req.Filter.FinishedUntil)
+	})
 }
 
 // countSelection counts the request's filter selection from the start,
 // at most its Limit, below until (nil: now()) on q.
 func countSelection(ctx context.Context, q db.DBTX, req BulkRequest, until *time.Time) (int, error) {
 	f := req.Filter
-	max := int32(math.MaxInt32)
-	if f.Limit > 0 && f.Limit < math.MaxInt32 {
-		max = int32(f.Limit)
-	}
 	n, err := queries.JobCountFinishedForRequeue(ctx, q, db.JobCountFinishedForRequeueParams{
 		OrganizationID: rows.Tenant(req.Scope), Status: db.JobStatus(f.Status), JobType: optional(f.JobType),
-		ErrorCode: optional(f.ErrorCode), Since: f.FinishedSince, Until: until, MaxJobs: max,
+		ErrorCode: optional(f.ErrorCode), Since: f.FinishedSince, Until: until, MaxJobs: bulk.MaxJobs(f.Limit),
 	})
 	return int(n), err
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/bulk"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/rows"
@@ -49,15 +48,7 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 	ids := make([]uuid.UUID, len(sources))
 	statuses := make([]string, len(sources))
 	runs := make([]int32, len(sources))
-	seen := make(map[uuid.UUID]struct{}, len(sources))
 	for i, src := range sources {
-		if _, dup := seen[src.JobID]; dup {
-			return none, errBulkDuplicate.Newf("bulk requeue job stream names job %s twice in chunk %d", src.JobID, c.Index+1)
-		}
-		seen[src.JobID] = struct{}{}
-		if err := src.ExpectedStatus.validate(); err != nil {
-			return none, err
-		}
 		ids[i], statuses[i], runs[i] = src.JobID, string(src.ExpectedStatus), src.ExpectedRunNumber
 	}
 
@@ -164,47 +155,28 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 	return bulk.Done[Source, BulkResult]{Results: results, Later: later}, nil
 }
 
-// page selects a filter's next page (at most q.Max jobs after q.After,
-// below q.Until or, on the first page of an open-ended filter, below
-// now(), which it returns) in the session's transaction, in one round
-// trip with BEGIN; on the first page with q.Count, the count of the whole
-// selection under the same bound rides the same round trip.
-func (b *bulkAction) page(ctx context.Context, s *txn.Session, q bulk.PageQuery) (bulk.Page[Source], error) {
+// keyset is the filter's page function (bulk.Keyset): the jobs in the
+// filter's status (and type, and last error code) in the request's scope
+// after the cursor, in finish order.
+func (b *bulkAction) keyset() bulk.Keyset[Source, db.JobListFinishedForRequeueRow] {
 	f := b.req.Filter
-	var page bulk.Page[Source]
-	var afterAt *time.Time
-	var afterID *uuid.UUID
-	if q.After != nil {
-		at, id := q.After.At, q.After.ID
-		afterAt, afterID = &at, &id
+	return bulk.Keyset[Source, db.JobListFinishedForRequeueRow]{
+		Noun: "bulk job requeue",
+		Count: func(ctx context.Context, q db.DBTX, until *time.Time) (int, error) {
+			return countSelection(ctx, q, b.req, until)
+		},
+		Select: func(ctx context.Context, q db.DBTX, afterAt *time.Time, afterID *uuid.UUID, until *time.Time, max int32) ([]db.JobListFinishedForRequeueRow, error) {
+			return queries.JobListFinishedForRequeue(ctx, q, db.JobListFinishedForRequeueParams{
+				OrganizationID: rows.Tenant(b.req.Scope), Status: db.JobStatus(f.Status), JobType: optional(f.JobType),
+				ErrorCode: optional(f.ErrorCode), Since: f.FinishedSince, Until: until,
+				AfterFinishedAt: afterAt, AfterID: afterID, MaxJobs: max,
+			})
+		},
+		Source: func(r db.JobListFinishedForRequeueRow) (Source, bulk.Cursor, time.Time) {
+			return Source{JobID: r.ID, ExpectedStatus: Status(r.Status), ExpectedRunNumber: r.RunNumber},
+				bulk.Cursor{At: r.FinishedAt, ID: r.ID}, r.SelectionUntil
+		},
 	}
-	bt := s.Batch(ctx)
-	var count *txn.Step[int]
-	if q.Count {
-		count = txn.Queue(bt, "count bulk job requeue sources", func(d db.DBTX) (int, error) {
-			return countSelection(ctx, d, b.req, q.Until)
-		})
-	}
-	st := txn.Queue(bt, "select bulk job requeue sources", func(d db.DBTX) ([]db.JobListFinishedForRequeueRow, error) {
-		return queries.JobListFinishedForRequeue(ctx, d, db.JobListFinishedForRequeueParams{
-			OrganizationID: rows.Tenant(b.req.Scope), Status: db.JobStatus(f.Status), JobType: optional(f.JobType),
-			ErrorCode: optional(f.ErrorCode), Since: f.FinishedSince, Until: q.Until,
-			AfterFinishedAt: afterAt, AfterID: afterID, MaxJobs: int32(q.Max),
-		})
-	})
-	if err := bt.Send(ctx); err != nil {
-		return page, err
-	}
-	if count != nil {
-		page.Count, page.Counted = count.Val, true
-	}
-	page.Sources = make([]Source, 0, len(st.Val))
-	for _, r := range st.Val {
-		page.Sources = append(page.Sources, Source{JobID: r.ID, ExpectedStatus: Status(r.Status), ExpectedRunNumber: r.RunNumber})
-		page.Next = bulk.Cursor{At: r.FinishedAt, ID: r.ID}
-		page.Until = r.SelectionUntil
-	}
-	return page, nil
 }
 
 // single requeues one job on its own with the single requeue's lock loop
@@ -212,21 +184,10 @@ func (b *bulkAction) page(ctx context.Context, s *txn.Session, q bulk.PageQuery)
 // into a result.
 func (b *bulkAction) single(ctx context.Context, src Source) (BulkResult, error) {
 	req := Request{Scope: b.req.Scope, JobID: src.JobID, ExpectedStatus: src.ExpectedStatus, ExpectedRunNumber: src.ExpectedRunNumber,
-		StatePolicy: b.req.StatePolicy, Reason: b.req.Reason}
-	var (
-		out Outcome
-		err error
-	)
-	if b.req.DryRun {
-		tx, berr := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-		if berr != nil {
-			return BulkResult{}, dberr.Translate(ctx, "begin "+bulkOperation+" transaction", berr)
-		}
-		out, err = run(ctx, txn.Join(tx, txOperation), req)
-		txn.Rollback(ctx, tx)
-	} else {
-		out, err = Job(ctx, b.pool, req)
-	}
+		StatePolicy: b.req.StatePolicy, Reason: b.req.Reason, Operator: b.req.Operator}
+	out, err := bulk.Alone(ctx, b.pool, b.req.DryRun, bulkOperation,
+		func(ctx context.Context) (Outcome, error) { return Job(ctx, b.pool, req) },
+		func(ctx context.Context, tx pgx.Tx) (Outcome, error) { return run(ctx, txn.Join(tx, txOperation), req) })
 	r := BulkResult{JobID: src.JobID, RunNumber: src.ExpectedRunNumber}
 	switch {
 	case errors.Is(err, runledger.CodeWorkflowManaged):

@@ -327,3 +327,38 @@ func TestBulkBadInputRefusedBeforeTheDatabase(t *testing.T) {
 		t.Errorf("count of a stream: %v", err)
 	}
 }
+
+// TestBulkOperatorRecordedForAJobRequeuedOnItsOwn: a job the chunk hands
+// back (it changed under the locking update) is requeued on its own under
+// the request's operator too, so every REQUEUED event of the action names
+// who asked for it.
+func TestBulkOperatorRecordedForAJobRequeuedOnItsOwn(t *testing.T) {
+	ctx := testdb.Context(t)
+	pool := testdb.New(t)
+	org := runledger.Organization(uuid.New())
+	ids := seedFinished(t, pool, org, "charge.capture", "DEAD_LETTERED", "provider.down", 3, time.Now().Add(-time.Hour))
+	list := make([]requeue.Source, len(ids))
+	for i, id := range ids {
+		list[i] = requeue.Source{JobID: id, ExpectedStatus: requeue.DeadLettered, ExpectedRunNumber: 1}
+	}
+	reason := "operator-" + uuid.NewString()
+	// ids[1] is PENDING when the chunk's update runs, DEAD_LETTERED again
+	// when the chunk classifies what the update passed by.
+	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING' WHERE id = $1`, ids[1])
+	disable := failpoint.Enable(requeue.FailpointBulkAfterRequeue, func(_ context.Context, arg any) {
+		if c, ok := arg.(requeue.BulkCall); ok && c.Label == reason {
+			testdb.Exec(t, pool, `UPDATE job_queue SET status = 'DEAD_LETTERED' WHERE id = $1`, ids[1])
+		}
+	})
+	sum, err := requeue.Bulk(ctx, pool, requeue.BulkRequest{Scope: org, Reason: reason, Operator: "alice@example.com", Sources: list}, nil)
+	disable()
+	if err != nil || sum.Requeued != 3 {
+		t.Fatalf("%+v %v", sum, err)
+	}
+	for _, id := range ids {
+		op := testdb.Scalar[string](t, pool, `SELECT coalesce(payload->>'operator', '') FROM job_events WHERE job_id = $1 AND event_type = 'REQUEUED'`, id)
+		if op != "alice@example.com" {
+			t.Fatalf("job %s: REQUEUED operator %q, want alice@example.com", id, op)
+		}
+	}
+}

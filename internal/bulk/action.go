@@ -69,6 +69,11 @@ func (a *action[S, R]) byList(ctx context.Context) error {
 		if len(sources) == 0 {
 			return nil
 		}
+		if a.sp.CheckList != nil {
+			if err := a.sp.CheckList(sources, a.index); err != nil {
+				return err
+			}
+		}
 		if err := a.bucket.wait(ctx, a.sp.Stop, len(sources)); err != nil {
 			return a.stopped(ctx, err)
 		}

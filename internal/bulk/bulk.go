@@ -28,7 +28,15 @@
 // chunks over overlapping sources wait for each other instead of
 // deadlocking; the engine cannot check that.
 //
-// It is a foundation: it imports the session engine and error translation,
+// A public bulk request (replay's, requeue's) runs through an Adapter: the
+// operation declares its validation codes, outcomes and source identity
+// once, and the Adapter validates the selection, filter window and pace,
+// builds the Spec, counts outcomes and gives the filter's page function
+// (Keyset) and the dry run of a handed-back source (Alone); the operation
+// keeps only its statements and its public types.
+//
+// It is a foundation: it imports the session engine, error translation,
+// the text rules (internal/validate) and the generated queries' types,
 // nothing above them.
 package bulk
 
@@ -96,6 +104,10 @@ type Spec[S, R any] struct {
 	// Expected is the number of sources List yields, when the caller knows
 	// it; it is only reported (Chunk.Expected).
 	Expected int
+	// CheckList, when set, checks each chunk of List once it is formed,
+	// before it begins (index counts chunks from 0); its error stops the
+	// action there, the chunks before it staying committed.
+	CheckList func(sources []S, index int) error
 	// Filter selects the sources page by page instead.
 	Filter *Filter[S]
 
