@@ -541,13 +541,13 @@ func (v *boolValue) Set(s string) error {
 }
 
 // Type names the kind of value in pflag's terms.
-func (s *stringValue) Type() string    { return "string" }
-func (l *listValue) Type() string      { return "strings" }
-func (l *jobTypesValue) Type() string  { return "types" }
-func (v *int32Value) Type() string     { return "int32" }
-func (v *int64Value) Type() string     { return "int64" }
-func (v *uuidValue) Type() string      { return "uuid" }
-func (v *jsonValue) Type() string      { return "json" }
-func (v *durationValue) Type() string  { return "duration" }
-func (v *timeValue) Type() string      { return "time" }
-func (v *boolValue) Type() string      { return "bool" }
+func (s *stringValue) Type() string   { return "string" }
+func (l *listValue) Type() string     { return "strings" }
+func (l *jobTypesValue) Type() string { return "types" }
+func (v *int32Value) Type() string    { return "int32" }
+func (v *int64Value) Type() string    { return "int64" }
+func (v *uuidValue) Type() string     { return "uuid" }
+func (v *jsonValue) Type() string     { return "json" }
+func (v *durationValue) Type() string { return "duration" }
+func (v *timeValue) Type() string     { return "time" }
+func (v *boolValue) Type() string     { return "bool" }
