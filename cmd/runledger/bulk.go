@@ -568,3 +568,20 @@ func (s bulkSummary) text(w io.Writer) {
 			groupDigits(s.refused), count(s.selected, s.unit), exitRefused, groupDigits(s.counts[0]+s.counts[1]), verb)
 	}
 }
+
+// checkRange refuses a time range [since, until) that selects nothing.
+func checkRange(cmd string, code runledger.Code, sinceFlag, untilFlag string, since, until *time.Time) error {
+	if since != nil && until != nil && !since.Before(*until) {
+		return bulkInvalid(code, "%s: %s %s is not before %s %s: the range [since, until) selects nothing",
+			cmd, sinceFlag, since.Format(time.RFC3339Nano), untilFlag, until.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// openFrom opens and checks the --from list of a bulk command.
+func openFrom[S any](ctx context.Context, cmd string, syn listSyntax[S], from string, stdin io.Reader, maxBytes int64) (*sourceList[S], error) {
+	if from == "" {
+		return nil, invalidArgf("%s: --from needs a file name, or - for stdin", cmd)
+	}
+	return openSourceList(ctx, syn, from, stdin, maxBytes)
+}

@@ -12,12 +12,13 @@ import (
 )
 
 // commands is the registry of runledger commands, in the order `runledger
-// help` lists them. Adding a command is a new file defining a *command and
-// one line here. In that file:
+// help` lists them; newRoot turns it into the cobra command tree. Adding a
+// command is a new file defining a *command and one line here (then go
+// generate ./cmd/runledger rewrites docs/CLI-REFERENCE.md). In that file:
 //
-//   - setup defines the command's flags with the flagSet helpers (their
-//     usage text starts with a `PLACEHOLDER`; help is generated from it)
-//     and returns the run function;
+//   - setup defines the command's flags with the flagSet helpers on the
+//     command's pflag set (their usage text starts with a `PLACEHOLDER`;
+//     help is generated from it) and returns the run function;
 //   - run validates its input, then calls inv.Pool (or inv.SQLDB), where
 //     database work starts (validatedCall does both for a library request),
 //     and returns a result (JSON-encodable, with a text method for the

@@ -221,17 +221,13 @@ func (a bulkArgs) request(ctx context.Context, stdin io.Reader) (replay.BulkRequ
 		if strings.TrimSpace(a.jobType) == "" {
 			return req, nil, bulkInvalid(codeJobTypeBlank, "replay-bulk: --type must not be blank")
 		}
-		if a.since != nil && a.until != nil && !a.since.Before(*a.until) {
-			return req, nil, bulkInvalid(codeBulkRange, "replay-bulk: --succeeded-since %s is not before --succeeded-until %s: the range [since, until) selects nothing",
-				a.since.Format(time.RFC3339Nano), a.until.Format(time.RFC3339Nano))
+		if err := checkRange("replay-bulk", codeBulkRange, "--succeeded-since", "--succeeded-until", a.since, a.until); err != nil {
+			return req, nil, err
 		}
 		req.Filter = &replay.Filter{JobType: a.jobType, SucceededSince: a.since, SucceededUntil: a.until, Limit: limit}
 		return req, nil, nil
 	}
-	if a.from == "" {
-		return req, nil, invalidArgf("replay-bulk: --from needs a file name, or - for stdin")
-	}
-	list, err := openSourceList(ctx, replaySources, a.from, stdin, a.maxInput)
+	list, err := openFrom(ctx, "replay-bulk", replaySources, a.from, stdin, a.maxInput)
 	if err != nil {
 		return req, nil, err
 	}

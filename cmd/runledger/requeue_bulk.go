@@ -180,16 +180,12 @@ before stay, and running the same command again resumes.`,
 				if fs.isSet("error-code") && strings.TrimSpace(*errorCode) == "" {
 					return nil, bulkInvalid("job.requeue_bulk_error_code_invalid", "requeue-bulk: --error-code must not be blank")
 				}
-				if *since != nil && *until != nil && !(*since).Before(**until) {
-					return nil, bulkInvalid(codeRequeueBulkRange, "requeue-bulk: --finished-since %s is not before --finished-until %s: the range [since, until) selects nothing",
-						(*since).Format(time.RFC3339Nano), (*until).Format(time.RFC3339Nano))
+				if err := checkRange("requeue-bulk", codeRequeueBulkRange, "--finished-since", "--finished-until", *since, *until); err != nil {
+					return nil, err
 				}
 				req.Filter = &requeue.Filter{Status: st, JobType: *jobType, ErrorCode: *errorCode, FinishedSince: *since, FinishedUntil: *until, Limit: limitN}
 			} else {
-				if *from == "" {
-					return nil, invalidArgf("requeue-bulk: --from needs a file name, or - for stdin")
-				}
-				if list, err = openSourceList(ctx, requeueSources, *from, inv.stdin, *maxInput); err != nil {
+				if list, err = openFrom(ctx, "requeue-bulk", requeueSources, *from, inv.stdin, *maxInput); err != nil {
 					return nil, err
 				}
 				defer list.Close()
