@@ -4,7 +4,24 @@
 // its history and lineage, and runs a self-contained demo.
 //
 // Run `runledger help` for the commands and `runledger help <command>` for
-// each command's flags, output and exit codes.
+// each command's flags, output and exit codes; docs/CLI-REFERENCE.md has
+// them all.
+//
+// The files, by concern:
+//
+//   - the command line itself: main.go (run), command.go (the registry and
+//     the cobra tree), flags.go (flag values and spellings), help.go,
+//     output.go (errors, exit codes, JSON), render.go (text forms),
+//     input.go (bounded stdin), secrets.go, database.go (the connection);
+//   - ledger writes: enqueue.go, enqueue_bulk.go, claim.go, finish.go
+//     (complete, fail);
+//   - reads: jobs.go (jobs show);
+//   - replay and requeue, one and in bulk: replay.go, requeue.go,
+//     replay_bulk.go, requeue_bulk.go, and their shared runner bulk.go,
+//     bulk_list.go (--from lists), bulk_text.go;
+//   - health.go (stats, prune), schedules.go, definitions.go and
+//     definitions_pause.go, migrate.go;
+//   - demo*.go (the guided demo), ui.go and server.go (the console).
 package main
 
 import (
