@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
+
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/redact"
 )
@@ -90,6 +92,8 @@ type bulkRunner struct {
 
 	mu          sync.Mutex // stderr, and the fields below
 	drawn       bool       // a bar is on the current stderr line
+	pb          *progressbar.ProgressBar
+	pbMax       int64 // pb's total, -1 when not known
 	began, last time.Time
 	ended       time.Duration
 	total       int // sources selected in all, 0 when unknown
@@ -264,47 +268,47 @@ func (r *bulkRunner) logChunk(p bulkProgress, took time.Duration) {
 		done, groupDigits(perSecond(p.done, time.Since(r.began))))
 }
 
-// draw redraws the progress bar on the current stderr line.
+// draw redraws the progress bar on the current stderr line: the count
+// and rate while the total is not known (it rides a filter's first
+// chunk), then the bar with its percentage, rate and time left.
 func (r *bulkRunner) draw() {
-	done := r.done
-	elapsed := time.Since(r.began)
-	rate := perSecond(done, elapsed)
-	var line string
-	if r.total == 0 {
-		// Not known yet: the count rides the first chunk.
-		line = fmt.Sprintf("%s %s done  %s/s", r.kind.cmd, groupDigits(done), groupDigits(rate))
-	} else {
-		total := max(r.total, done)
-		const width = 30
-		filled, pct := done*width/total, done*100/total
-		eta := "-"
-		switch {
-		case total == done:
-			eta = "0s"
-		case rate > 0:
-			left := time.Duration(float64(total-done) / float64(rate) * float64(time.Second))
-			eta = "<1s"
-			if left >= time.Second {
-				eta = left.Round(time.Second).String()
-			}
-		}
-		line = fmt.Sprintf("%s [%s%s] %s %3d%%  %s/s  ETA %s", r.kind.cmd, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
-			progressCount(done, total), pct, groupDigits(rate), eta)
+	total := int64(-1)
+	if r.total > 0 {
+		total = int64(max(r.total, r.done))
 	}
+	if r.pb == nil || r.pbMax != total {
+		r.pb = progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(r.inv.stderr),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("sources"),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionUseANSICodes(true),
+			// Redrawn only here, under r.mu: no throttle and no spinner
+			// goroutine writing to stderr on its own.
+			progressbar.OptionThrottle(0),
+			progressbar.OptionSetSpinnerChangeInterval(0),
+			progressbar.OptionSetRenderBlankState(true),
+		)
+		r.pbMax = total
+	}
+	desc := r.kind.cmd
 	if refused := r.refused(r.counts); refused > 0 {
-		line += fmt.Sprintf("  refused %s", groupDigits(refused))
+		desc += fmt.Sprintf(" (refused %s)", groupDigits(refused))
 	}
 	if r.dryRun {
-		line += "  (dry run)"
+		desc += " (dry run)"
 	}
-	fmt.Fprintf(r.inv.stderr, "\r\x1b[K%s", line)
+	r.pb.Describe(desc)
+	_ = r.pb.Set(r.done)
 	r.drawn = true
 }
 
 // clearBar erases the bar so that other output starts on a clean line.
 func (r *bulkRunner) clearBar() {
 	if r.drawn {
-		fmt.Fprint(r.inv.stderr, "\r\x1b[K")
+		_ = r.pb.Clear()
 		r.drawn = false
 	}
 }
@@ -463,4 +467,121 @@ func (f bulkFlags) check() (rate, limit int, err error) {
 		limit = int(*f.limit)
 	}
 	return rate, limit, nil
+}
+
+// bulkSelection is what the runner needs to know of a request's selection.
+type bulkSelection struct {
+	// listed is the number of sources of a checked --from list, -1 for a
+	// filter.
+	listed int
+	// openEnded is a filter without an upper bound: an interrupted run
+	// resumes with the bound it pinned.
+	openEnded bool
+}
+
+// bulkCall is one bulk action of the library as the runner drives it: C
+// is the library's chunk report, S its summary.
+type bulkCall[C, S any] struct {
+	kind   bulkKind
+	dryRun bool
+	sel    bulkSelection
+	// prepare hands the request what the runner decides: whether a filter
+	// counts its selection first (count), and the channel whose closing
+	// stops the action after the chunk in flight.
+	prepare func(count bool, stop <-chan struct{})
+	// act calls the library with the request, reporting each chunk.
+	act func(ctx context.Context, onChunk func(C) error) (S, error)
+	// progress is a chunk as the runner shows it.
+	progress func(C) bulkProgress
+	// details prints a chunk's --details lines (JSON lines when asJSON);
+	// nil without --details.
+	details func(w io.Writer, asJSON bool, c C)
+}
+
+// runBulk runs a bulk action with the shared runner: details on stdout,
+// progress on stderr, interrupts. It returns the library's summary and the
+// runner, which knows the chunks and the elapsed time.
+func runBulk[C, S any](ctx context.Context, inv *invocation, b bulkCall[C, S]) (S, *bulkRunner, error) {
+	r := newBulkRunner(inv, b.kind, b.dryRun)
+	count := false
+	if b.sel.listed >= 0 {
+		r.setTotal(b.sel.listed)
+		r.fromStdin = isStdin(inv.argv)
+	} else {
+		r.openEnded = b.sel.openEnded
+		count = r.wantsCount()
+	}
+	b.prepare(count, r.stop())
+	var sum S
+	err := r.run(ctx, func(ctx context.Context) error {
+		var err error
+		sum, err = b.act(ctx, func(c C) error {
+			var show func(io.Writer, bool)
+			if b.details != nil {
+				show = func(w io.Writer, asJSON bool) { b.details(w, asJSON, c) }
+			}
+			return r.chunk(b.progress(c), show)
+		})
+		return err
+	})
+	return sum, r, err
+}
+
+// bulkSummary is the text form of a bulk command's summary.
+type bulkSummary struct {
+	kind bulkKind
+	// action is the verb ("replay"); unit what is selected ("source");
+	// scope the request's key and reason as the head line names them.
+	action, unit, scope string
+	// existing says what the second accepted outcome means ("already
+	// replayed under this key").
+	existing                  string
+	dryRun                    bool
+	selected, refused, chunks int
+	counts                    []int
+	elapsed                   time.Duration
+}
+
+func (s bulkSummary) text(w io.Writer) {
+	head := "Bulk " + s.action
+	if s.dryRun {
+		head += ", dry run (every chunk rolled back, nothing written)"
+	}
+	fmt.Fprintf(w, "%s%s: %s selected, %s in %s", head, s.scope, count(s.selected, s.unit), count(s.chunks, "chunk"), roundDuration(s.elapsed))
+	if s.selected > 0 && s.elapsed > 0 {
+		fmt.Fprintf(w, " (%s %ss/s)", groupDigits(perSecond(s.selected, s.elapsed)), s.unit)
+	}
+	fmt.Fprintln(w, ".")
+	writeBulkCounts(w, s.kind.outcomes, s.counts, s.selected)
+	verb := "are " + s.action + "ed"
+	if s.dryRun {
+		verb = "would be " + s.action + "ed"
+	}
+	switch {
+	case s.selected == 0:
+		fmt.Fprintf(w, "No %s selected: nothing to %s.\n", s.unit, s.action)
+	case s.refused == 0:
+		fmt.Fprintf(w, "All %s %s: %s %s now, %s %s.\n", count(s.selected, s.unit), verb,
+			groupDigits(s.counts[0]), s.kind.outcomes[0], groupDigits(s.counts[1]), s.existing)
+	default:
+		fmt.Fprintf(w, "%s of %s refused (exit %d; --details lists them); the other %s %s.\n",
+			groupDigits(s.refused), count(s.selected, s.unit), exitRefused, groupDigits(s.counts[0]+s.counts[1]), verb)
+	}
+}
+
+// checkRange refuses a time range [since, until) that selects nothing.
+func checkRange(cmd string, code runledger.Code, sinceFlag, untilFlag string, since, until *time.Time) error {
+	if since != nil && until != nil && !since.Before(*until) {
+		return bulkInvalid(code, "%s: %s %s is not before %s %s: the range [since, until) selects nothing",
+			cmd, sinceFlag, since.Format(time.RFC3339Nano), untilFlag, until.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// openFrom opens and checks the --from list of a bulk command.
+func openFrom[S any](ctx context.Context, cmd string, syn listSyntax[S], from string, stdin io.Reader, maxBytes int64) (*sourceList[S], error) {
+	if from == "" {
+		return nil, invalidArgf("%s: --from needs a file name, or - for stdin", cmd)
+	}
+	return openSourceList(ctx, syn, from, stdin, maxBytes)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/failpoint"
@@ -215,8 +218,8 @@ func (l *sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData
 // TestReplayBulkCountsOnlyForAProgressBar runs replay-bulk by filter on a
 // pool that records every statement it sends: with stderr not a terminal
 // (the per-chunk log) and with --json, no count of the selection is sent;
-// with stderr a character device, which the command takes for a terminal
-// and draws a bar on, the count is sent once, in the first chunk.
+// with stderr a terminal (a pseudo-terminal the test opens), where the
+// command draws a bar, the count is sent once, in the first chunk.
 func TestReplayBulkCountsOnlyForAProgressBar(t *testing.T) {
 	url := testdb.NewURL(t)
 	seedPool := testdb.OpenPool(t, url, 1, nil)
@@ -232,11 +235,7 @@ func TestReplayBulkCountsOnlyForAProgressBar(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devNull.Close()
+	tty := openTerminal(t)
 	const count, page = "-- name: JobCountSucceededForReplay", "-- name: JobListSucceededForReplay"
 
 	for i, tc := range []struct {
@@ -247,7 +246,7 @@ func TestReplayBulkCountsOnlyForAProgressBar(t *testing.T) {
 	}{
 		{"log lines", false, &syncBuffer{}, 0},
 		{"json", true, &syncBuffer{}, 0},
-		{"progress bar", false, devNull, 1},
+		{"progress bar", false, tty, 1},
 	} {
 		asJSON, noURL := tc.asJSON, ""
 		var stdout syncBuffer
@@ -270,4 +269,29 @@ func TestReplayBulkCountsOnlyForAProgressBar(t *testing.T) {
 			t.Errorf("%s (case %d): %d count statements sent, want %d", tc.name, i, n, tc.counts)
 		}
 	}
+}
+
+// openTerminal opens a pseudo-terminal and returns its terminal side; what
+// is written to it is read and dropped until the test ends.
+func openTerminal(t *testing.T) *os.File {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open a pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { _ = ptmx.Close() })
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("pseudo-terminal number: %v", err)
+	}
+	tty, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_WRONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open the terminal side: %v", err)
+	}
+	t.Cleanup(func() { _ = tty.Close() })
+	go func() { _, _ = io.Copy(io.Discard, ptmx) }()
+	return tty
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // Text helpers of the bulk commands: the resume command, counts and
@@ -75,18 +77,14 @@ func redactPassword(s string) string {
 	return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
 }
 
-// isTerminal reports whether w is a terminal (a character device),
-// looking through the password's redaction.
+// isTerminal reports whether w is a terminal, looking through the
+// password's redaction.
 func isTerminal(w io.Writer) bool {
 	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
 		w = u.Unwrap()
 	}
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // perSecond is n per elapsed second, rounded down.

@@ -6,16 +6,19 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/runledger-go/runledger/internal/errs"
 )
 
 // commands is the registry of runledger commands, in the order `runledger
-// help` lists them. Adding a command is a new file defining a *command and
-// one line here. In that file:
+// help` lists them; newRoot turns it into the cobra command tree. Adding a
+// command is a new file defining a *command and one line here (then go
+// generate ./cmd/runledger rewrites docs/CLI-REFERENCE.md). In that file:
 //
-//   - setup defines the command's flags with the flagSet helpers (their
-//     usage text starts with a `PLACEHOLDER`; help is generated from it)
-//     and returns the run function;
+//   - setup defines the command's flags with the flagSet helpers on the
+//     command's pflag set (their usage text starts with a `PLACEHOLDER`;
+//     help is generated from it) and returns the run function;
 //   - run validates its input, then calls inv.Pool (or inv.SQLDB), where
 //     database work starts (validatedCall does both for a library request),
 //     and returns a result (JSON-encodable, with a text method for the
@@ -49,7 +52,6 @@ var commands = []*command{
 	schedulesResumeCmd,
 	schedulesDeleteCmd,
 	demoCmd,
-	benchCmd,
 	statsCmd,
 	pruneCmd,
 	uiCmd,
@@ -107,32 +109,113 @@ func (c *command) words() []string { return strings.Fields(c.name) }
 // nargs is the number of positional arguments the command takes.
 func (c *command) nargs() int { return len(strings.Fields(c.args)) }
 
-// lookup finds the command named by the leading words of args and returns
-// it with the remaining arguments. When args name no command it returns
-// nil and a usage error; group is set when args[0] is a group name (so the
-// caller can offer the group's help).
-func lookup(args []string) (cmd *command, rest []string, group string, err error) {
+// newRoot builds the cobra command tree of the registry: a group command
+// for the first word of multi-word commands, a leaf per command. Each leaf
+// parses its flags with pflag (on the arguments normalizeArgs rewrote),
+// checks the required flags and the argument count, and then calls
+// leaf(c, pos, run) to run it. The root's persistent flags are the
+// global --json, --database-url and -h/--help.
+func newRoot(leaf func(cmd *command, pos []string, run runFunc) error) (*cobra.Command, *bool, *string) {
+	cobra.EnableCommandSorting = false
+	root := &cobra.Command{
+		Use:           "runledger",
+		Short:         "runledger: a durable job ledger on PostgreSQL, with compare-and-replay of succeeded jobs.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		CompletionOptions: cobra.CompletionOptions{
+			DisableDefaultCmd: true,
+		},
+	}
+	root.SetHelpCommand(&cobra.Command{Hidden: true, Use: "no-help"}) // `help` is dispatched by run
+	global := wrapFlagSet(root.PersistentFlags())
+	asJSON, url := defineGlobalFlags(global, false, "")
+	root.PersistentFlags().BoolP("help", "h", false, "Show this help.")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return flagError(commandName(c), err)
+	})
+	parents := map[string]*cobra.Command{}
+	for _, cmd := range commands {
+		parent := root
+		words := cmd.words()
+		if len(words) > 1 {
+			parent = parents[words[0]]
+			if parent == nil {
+				parent = &cobra.Command{Use: words[0], Short: groups[words[0]], Args: cobra.ArbitraryArgs}
+				parents[words[0]] = parent
+				root.AddCommand(parent)
+			}
+		}
+		c := &cobra.Command{
+			Short:                 cmd.summary,
+			Long:                  cmd.help,
+			Args:                  cobra.ArbitraryArgs,
+			DisableFlagsInUseLine: true,
+			Annotations:           map[string]string{annotationArgs: cmd.args},
+		}
+		fs := wrapFlagSet(c.Flags())
+		run := cmd.setup(fs)
+		c.Use = words[len(words)-1] + strings.TrimPrefix(synopsis(cmd, fs), "runledger "+cmd.name)
+		c.RunE = func(c *cobra.Command, pos []string) error {
+			if err := fs.checkRequired(cmd.name); err != nil {
+				return err
+			}
+			if err := checkArgs(cmd, pos); err != nil {
+				return err
+			}
+			return leaf(cmd, pos, run)
+		}
+		parent.AddCommand(c)
+	}
+	return root, asJSON, url
+}
+
+// annotationArgs is the cobra annotation holding a command's synopsis of
+// positional arguments (command.args).
+const annotationArgs = "runledger_args"
+
+// commandName is the words that select c: "migrate up".
+func commandName(c *cobra.Command) string {
+	return strings.TrimPrefix(strings.TrimPrefix(c.CommandPath(), "runledger"), " ")
+}
+
+// find returns the command of the tree named by the leading words of args,
+// with the remaining arguments. When args name no command it returns a
+// usage error; group is set when args[0] is a group (so the caller can
+// offer the group's help).
+func find(root *cobra.Command, args []string) (c *cobra.Command, rest []string, group *cobra.Command, err error) {
 	if len(args) == 0 {
-		return nil, nil, "", usageErrorf("missing command")
+		return nil, nil, nil, usageErrorf("missing command")
 	}
-	var best *command
-	for _, c := range commands {
-		w := c.words()
-		if len(w) <= len(args) && equalWords(w, args[:len(w)]) && (best == nil || len(w) > len(best.words())) {
-			best = c
+	c = child(root, args[0])
+	if c == nil {
+		return nil, nil, nil, usageErrorf("unknown command %q; run 'runledger help' for the list", args[0])
+	}
+	if !c.HasSubCommands() {
+		return c, args[1:], nil, nil
+	}
+	var subs []string
+	for _, s := range c.Commands() {
+		subs = append(subs, s.Name())
+	}
+	want := strings.Join(subs, ", ")
+	if len(args) == 1 || strings.HasPrefix(args[1], "-") {
+		return nil, nil, c, usageErrorf("%s: missing subcommand; want one of: %s", args[0], want)
+	}
+	if s := child(c, args[1]); s != nil {
+		return s, args[2:], nil, nil
+	}
+	return nil, nil, c, usageErrorf("%s: unknown subcommand %q; want one of: %s", args[0], args[1], want)
+}
+
+// child returns the subcommand of c named name, or nil.
+func child(c *cobra.Command, name string) *cobra.Command {
+	for _, s := range c.Commands() {
+		if s.Name() == name && !s.Hidden {
+			return s
 		}
 	}
-	if best != nil {
-		return best, args[len(best.words()):], "", nil
-	}
-	if _, ok := groups[args[0]]; ok {
-		subs := strings.Join(subcommands(args[0]), ", ")
-		if len(args) == 1 || strings.HasPrefix(args[1], "-") {
-			return nil, nil, args[0], usageErrorf("%s: missing subcommand; want one of: %s", args[0], subs)
-		}
-		return nil, nil, args[0], usageErrorf("%s: unknown subcommand %q; want one of: %s", args[0], args[1], subs)
-	}
-	return nil, nil, "", usageErrorf("unknown command %q; run 'runledger help' for the list", args[0])
+	return nil
 }
 
 // subcommands returns the second words of the commands in group.
@@ -144,15 +227,6 @@ func subcommands(group string) []string {
 		}
 	}
 	return out
-}
-
-func equalWords(a, b []string) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // usageErrorf returns a usage error (exit 2): an unknown command or flag,

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/pflag"
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/errs"
@@ -31,10 +31,11 @@ const (
 	codeDatabaseURLInvalid = "cli.database_url_invalid"
 )
 
-// flagSet is a flag.FlagSet that remembers the order flags were defined in
-// (for help), which flags are required and which are global.
+// flagSet is the pflag.FlagSet of one cobra command with what help and
+// validation need beyond it: the order flags were defined in, which flags
+// are required and which are global.
 type flagSet struct {
-	*flag.FlagSet
+	*pflag.FlagSet
 	order    []string
 	required map[string]bool
 	global   map[string]bool
@@ -44,21 +45,40 @@ type flagSet struct {
 }
 
 func newFlagSet(name string) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed by the caller
 	fs.Usage = func() {}
+	return wrapFlagSet(fs)
+}
+
+// wrapFlagSet adds the help bookkeeping to fs (a cobra command's flags).
+func wrapFlagSet(fs *pflag.FlagSet) *flagSet {
+	fs.SortFlags = false
 	return &flagSet{FlagSet: fs, required: map[string]bool{}, global: map[string]bool{}, valued: map[string]bool{}}
 }
 
 // define registers v under name. usage starts with the placeholder in
-// backquotes (`UUID`), as flag.UnquoteUsage expects, unless v is boolean.
-func (f *flagSet) define(v flag.Value, name, usage string) {
-	f.Var(v, name, usage)
+// backquotes (`UUID`), as pflag.UnquoteUsage expects, unless v is boolean.
+func (f *flagSet) define(v pflag.Value, name, usage string) {
+	fl := f.VarPF(v, name, "", usage)
+	if isBoolValue(v) {
+		fl.NoOptDefVal = "true"
+	}
 	f.order = append(f.order, name)
 }
 
 // requireFlag marks name as required: parse fails without it.
-func (f *flagSet) requireFlag(name string) { f.required[name] = true }
+func (f *flagSet) requireFlag(name string) {
+	f.required[name] = true
+	_ = f.SetAnnotation(name, annotationRequired, []string{"true"})
+}
+
+// Flag annotations that help reads: a required flag, and a boolean flag
+// spelled --name=BOOL.
+const (
+	annotationRequired = "runledger_required"
+	annotationValued   = "runledger_valued"
+)
 
 // str defines a string flag.
 func (f *flagSet) str(name, usage string) *string {
@@ -166,37 +186,34 @@ func (f *flagSet) boolOpt(name, usage string) **bool {
 	v := &boolValue{}
 	f.define(v, name, usage)
 	f.valued[name] = true
+	_ = f.SetAnnotation(name, annotationValued, []string{"true"})
 	return &v.p
 }
 
-// parse parses args, allowing positional arguments between flags (Go's flag
-// package stops at the first one; `jobs show UUID --org X` and `jobs show
-// --org X UUID` must both work). Everything after a "--" is positional.
-// It returns the positional arguments, flag.ErrHelp for -h or --help, or a
-// usage error naming the command.
+// parse parses args as the command line does (normalizeArgs, then pflag,
+// which allows positional arguments between flags: `jobs show UUID --org X`
+// and `jobs show --org X UUID` both work; everything after a "--" is
+// positional) and checks the required flags. It returns the positional
+// arguments, pflag.ErrHelp for -h or --help, or a usage error naming cmd.
 func (f *flagSet) parse(cmd string, args []string) ([]string, error) {
-	args = f.joinBoolValues(args)
-	var pos []string
-	for {
-		if err := f.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, flagError(cmd, err)
+	if err := f.Parse(normalizeArgs(args, f.Lookup, false)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, err
 		}
-		rest := f.Args()
-		if len(rest) == 0 {
-			break
-		}
-		// The flag package consumes a "--" terminator; a "--" that was the
-		// value of a flag (--reason --) is rare enough to be read the same.
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		return nil, flagError(cmd, err)
 	}
+	if err := f.checkRequired(cmd); err != nil {
+		return nil, err
+	}
+	if len(f.Args()) == 0 {
+		return nil, nil
+	}
+	return f.Args(), nil
+}
+
+// checkRequired returns a usage error naming every required flag not given,
+// in the order they were defined.
+func (f *flagSet) checkRequired(cmd string) error {
 	var missing []string
 	for _, name := range f.order {
 		if f.required[name] && !f.isSet(name) {
@@ -204,82 +221,101 @@ func (f *flagSet) parse(cmd string, args []string) ([]string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, usageErrorf("%s: missing required flag %s", cmd, strings.Join(missing, ", "))
+		return usageErrorf("%s: missing required flag %s", cmd, strings.Join(missing, ", "))
 	}
-	return pos, nil
+	return nil
 }
 
-// joinBoolValues lets boolean flags take "true" or "false" as the next
-// argument (--enabled false), which Go's flag package would read as a
-// positional argument: it rewrites the pair as --enabled=false. No command
-// takes "true" or "false" as a positional argument.
-func (f *flagSet) joinBoolValues(args []string) []string {
+// normalizeArgs rewrites a command line into the spelling pflag reads,
+// keeping every form the command line accepts: a flag may be written with
+// one dash or two (-type T, --type T, -type=T), -help and --h ask for help
+// like -h and --help, and a boolean flag takes "true" or "false" as the
+// next argument (--enabled false), which pflag would read as a positional
+// argument. lookup finds the flags of the command; the value of a flag that
+// takes one is passed through untouched (--reason --json is a reason of
+// "--json"). A help flag ends the command line. With untilPositional it stops rewriting at the first
+// positional argument (the command name, when the flags before it are the
+// global ones). Everything after "--" is positional. No command takes
+// "true" or "false" as a positional argument.
+func normalizeArgs(args []string, lookup func(string) *pflag.Flag, untilPositional bool) []string {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
 			return append(out, args[i:]...)
 		}
-		if i+1 < len(args) && (args[i+1] == "true" || args[i+1] == "false") && !f.takesValue(out) {
-			if fl := f.Lookup(strings.TrimLeft(a, "-")); fl != nil && strings.HasPrefix(a, "-") && isBool(fl) {
-				out = append(out, a+"="+args[i+1])
-				i++
-				continue
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if untilPositional {
+				return append(out, args[i:]...)
 			}
+			out = append(out, a)
+			continue
 		}
-		out = append(out, a)
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "h" || name == "help" {
+			// Help is asked for here: what follows is not read, as it
+			// was not by the flag package (-h --colour is help,
+			// --colour -h an unknown flag).
+			return append(out, "--help")
+		}
+		spelled := "--" + name
+		if hasVal {
+			spelled += "=" + val
+		}
+		fl := lookup(name)
+		switch {
+		case fl == nil || hasVal || i+1 == len(args):
+		case fl.NoOptDefVal != "":
+			if next := args[i+1]; next == "true" || next == "false" {
+				spelled += "=" + next
+				i++
+			}
+		default:
+			out = append(out, spelled)
+			spelled = args[i+1]
+			i++
+		}
+		out = append(out, spelled)
 	}
 	return out
 }
 
-// takesValue reports whether the last of args is a flag that consumes the
-// next argument as its value (--reason --json is a reason of "--json").
-func (f *flagSet) takesValue(args []string) bool {
-	if len(args) == 0 {
-		return false
-	}
-	last := args[len(args)-1]
-	if !strings.HasPrefix(last, "-") || last == "-" || last == "--" || strings.Contains(last, "=") {
-		return false
-	}
-	fl := f.Lookup(strings.TrimLeft(last, "-"))
-	return fl != nil && !isBool(fl)
-}
+func (f *flagSet) isSet(name string) bool { return f.Changed(name) }
 
-func (f *flagSet) isSet(name string) bool {
-	set := false
-	f.Visit(func(fl *flag.Flag) {
-		if fl.Name == name {
-			set = true
-		}
-	})
-	return set
-}
-
-// flagError rewrites the flag package's messages in the double-dash
-// spelling the help uses. A value that did not parse is
-// cli.invalid_argument; anything else is cli.usage.
+// flagError rewrites pflag's errors in the command line's words. A value
+// that did not parse is cli.invalid_argument; anything else is cli.usage.
 func flagError(cmd string, err error) error {
 	msg := err.Error()
 	code := codeUsage
+	var (
+		notExist *pflag.NotExistError
+		noValue  *pflag.ValueRequiredError
+		invalid  *pflag.InvalidValueError
+	)
 	switch {
-	case strings.HasPrefix(msg, "flag provided but not defined: "):
-		msg = "unknown flag " + dashes(strings.TrimPrefix(msg, "flag provided but not defined: "))
-	case strings.HasPrefix(msg, "flag needs an argument: "):
-		msg = "flag " + dashes(strings.TrimPrefix(msg, "flag needs an argument: ")) + " needs a value"
-	case strings.HasPrefix(msg, "invalid value "), strings.HasPrefix(msg, "invalid boolean value "):
+	case errors.As(err, &notExist):
+		msg = "unknown flag " + dashes(notExist.GetSpecifiedName())
+	case errors.As(err, &noValue):
+		msg = "flag " + dashes(noValue.GetSpecifiedName()) + " needs a value"
+	case errors.As(err, &invalid):
 		code = codeInvalidArgument
-		if strings.Contains(msg, " for flag -") {
-			msg = strings.Replace(msg, " for flag -", " for --", 1)
-		} else {
-			msg = strings.Replace(msg, " for -", " for --", 1)
+		what := "value"
+		if isBoolValue(invalid.GetFlag().Value) {
+			what = "boolean value"
 		}
+		msg = fmt.Sprintf("invalid %s %q for --%s: %v", what, invalid.GetValue(), invalid.GetFlag().Name, errors.Unwrap(invalid))
 	}
 	return errs.Validation(code, cmd+": "+msg).New("")
 }
 
 // dashes spells a flag as --name whatever the user typed.
 func dashes(s string) string { return "--" + strings.TrimLeft(s, "-") }
+
+// isBoolValue reports whether v is a boolean flag's value.
+func isBoolValue(v pflag.Value) bool {
+	b, ok := v.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
 
 // invalidArgf returns a cli.invalid_argument error (exit 2).
 func invalidArgf(format string, args ...any) error {
@@ -503,3 +539,15 @@ func (v *boolValue) Set(s string) error {
 	v.p = &v.b
 	return nil
 }
+
+// Type names the kind of value in pflag's terms.
+func (s *stringValue) Type() string   { return "string" }
+func (l *listValue) Type() string     { return "strings" }
+func (l *jobTypesValue) Type() string { return "types" }
+func (v *int32Value) Type() string    { return "int32" }
+func (v *int64Value) Type() string    { return "int64" }
+func (v *uuidValue) Type() string     { return "uuid" }
+func (v *jsonValue) Type() string     { return "json" }
+func (v *durationValue) Type() string { return "duration" }
+func (v *timeValue) Type() string     { return "time" }
+func (v *boolValue) Type() string     { return "bool" }

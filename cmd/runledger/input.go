@@ -246,3 +246,6 @@ func (c *ctxReader) loop() {
 		}
 	}
 }
+
+// Type names the kind of value in pflag's terms.
+func (v *byteSizeValue) Type() string { return "size" }

@@ -4,17 +4,37 @@
 // its history and lineage, and runs a self-contained demo.
 //
 // Run `runledger help` for the commands and `runledger help <command>` for
-// each command's flags, output and exit codes.
+// each command's flags, output and exit codes; docs/CLI-REFERENCE.md has
+// them all.
+//
+// The files, by concern:
+//
+//   - the command line itself: main.go (run), command.go (the registry and
+//     the cobra tree), flags.go (flag values and spellings), help.go,
+//     output.go (errors, exit codes, JSON), render.go (text forms),
+//     input.go (bounded stdin), secrets.go, database.go (the connection);
+//   - ledger writes: enqueue.go, enqueue_bulk.go, claim.go, finish.go
+//     (complete, fail);
+//   - reads: jobs.go (jobs show);
+//   - replay and requeue, one and in bulk: replay.go, requeue.go,
+//     replay_bulk.go, requeue_bulk.go, and their shared runner bulk.go,
+//     bulk_list.go (--from lists), bulk_text.go;
+//   - health.go (stats, prune), schedules.go, definitions.go and
+//     definitions_pause.go, migrate.go;
+//   - demo*.go (the guided demo), ui.go and server.go (the console).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func main() {
@@ -41,58 +61,84 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		writeError(w, asJSON, cmd, redactError(red, err))
 	}
 	asJSON := wantsJSON(args)
-	argv := args
+
+	inv := &invocation{argv: args, stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: getenv, redact: red}
+	var (
+		res    result
+		parsed bool // the command's flags and arguments were accepted
+	)
+	root, jsonFlag, urlFlag := newRoot(func(cmd *command, pos []string, runCmd runFunc) error {
+		parsed = true
+		inv.cmd, inv.args = cmd, pos
+		var err error
+		res, err = runCmd(ctx, inv)
+		return err
+	})
+	inv.json, inv.databaseURL = jsonFlag, urlFlag
+	root.SetHelpFunc(func(c *cobra.Command, _ []string) { printHelp(stdout, asJSON, c) })
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 
 	// Global flags may come before the command: runledger --json enqueue ...
+	// They are read here only to find the command; cobra parses them again
+	// with the command's own flags.
+	args = normalizeArgs(args, root.PersistentFlags().Lookup, true)
 	global := newFlagSet("runledger")
-	jsonFlag, urlFlag := defineGlobalFlags(global, false, "")
+	defineGlobalFlags(global, false, "")
+	global.SetInterspersed(false)
 	if err := global.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return printHelp(stdout, asJSON, nil, "")
+		if errors.Is(err, pflag.ErrHelp) {
+			return printHelp(stdout, asJSON, root)
 		}
 		writeError(stderr, asJSON, "", flagError("runledger", err))
 		return exitUsage
 	}
-	args = global.Args()
-	if len(args) == 0 {
+	words := global.Args()
+	if len(words) == 0 {
 		writeError(stderr, asJSON, "", usageErrorf("missing command; run 'runledger help' for the list"))
 		return exitUsage
 	}
-	if args[0] == "help" {
-		return helpCommand(stdout, stderr, asJSON, args[1:])
+	if words[0] == "help" {
+		return helpCommand(root, stdout, stderr, asJSON, words[1:])
 	}
-
-	cmd, rest, group, err := lookup(args)
+	c, rest, group, err := find(root, words)
 	if err != nil {
-		if group != "" && len(args) > 1 && isHelpFlag(args[1]) {
-			return printHelp(stdout, asJSON, nil, group)
+		if group != nil && len(words) > 1 && isHelpFlag(words[1]) {
+			return printHelp(stdout, asJSON, group)
 		}
-		writeError(stderr, asJSON, group, err)
+		name := ""
+		if group != nil {
+			name = group.Name()
+		}
+		writeError(stderr, asJSON, name, err)
 		return exitUsage
 	}
-
-	fs := newFlagSet(cmd.name)
-	inv := &invocation{cmd: cmd, argv: argv, stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: getenv, redact: red}
-	inv.json, inv.databaseURL = defineGlobalFlags(fs, *jsonFlag, *urlFlag)
-	runCmd := cmd.setup(fs)
-	pos, err := fs.parse(cmd.name, rest)
-	if errors.Is(err, flag.ErrHelp) {
-		return printHelp(stdout, asJSON, cmd, "")
+	name := commandName(c)
+	// A "--" ends the global flags as well: the command line cobra reads
+	// has it removed, so that the command's words are found after it.
+	prefix := args[:len(args)-len(words)]
+	if n := len(prefix); n > 0 && prefix[n-1] == "--" {
+		prefix = prefix[:n-1]
 	}
-	if err == nil {
-		err = checkArgs(cmd, pos)
+	lookup := func(name string) *pflag.Flag {
+		if f := c.Flags().Lookup(name); f != nil {
+			return f
+		}
+		return root.PersistentFlags().Lookup(name)
 	}
-	if err != nil {
-		writeError(stderr, asJSON, cmd.name, err)
-		return exitUsage
-	}
-	inv.args = pos
-	asJSON = *inv.json
+	cmdLine := append(append(append([]string{}, prefix...), strings.Fields(name)...), normalizeArgs(rest, lookup, false)...)
+	root.SetArgs(cmdLine)
 	defer inv.close()
 
-	res, err := runCmd(ctx, inv)
+	err = root.ExecuteContext(ctx)
+	if err == nil && res == nil {
+		return exitOK // help was printed
+	}
+	if parsed {
+		asJSON = *inv.json
+	}
 	if err != nil {
-		writeError(stderr, asJSON, cmd.name, err)
+		writeError(stderr, asJSON, name, err)
 		return exitCode(err)
 	}
 	if _, done := res.(interface{ alreadyPrinted() }); done {

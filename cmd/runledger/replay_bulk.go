@@ -221,17 +221,13 @@ func (a bulkArgs) request(ctx context.Context, stdin io.Reader) (replay.BulkRequ
 		if strings.TrimSpace(a.jobType) == "" {
 			return req, nil, bulkInvalid(codeJobTypeBlank, "replay-bulk: --type must not be blank")
 		}
-		if a.since != nil && a.until != nil && !a.since.Before(*a.until) {
-			return req, nil, bulkInvalid(codeBulkRange, "replay-bulk: --succeeded-since %s is not before --succeeded-until %s: the range [since, until) selects nothing",
-				a.since.Format(time.RFC3339Nano), a.until.Format(time.RFC3339Nano))
+		if err := checkRange("replay-bulk", codeBulkRange, "--succeeded-since", "--succeeded-until", a.since, a.until); err != nil {
+			return req, nil, err
 		}
 		req.Filter = &replay.Filter{JobType: a.jobType, SucceededSince: a.since, SucceededUntil: a.until, Limit: limit}
 		return req, nil, nil
 	}
-	if a.from == "" {
-		return req, nil, invalidArgf("replay-bulk: --from needs a file name, or - for stdin")
-	}
-	list, err := openSourceList(ctx, replaySources, a.from, stdin, a.maxInput)
+	list, err := openFrom(ctx, "replay-bulk", replaySources, a.from, stdin, a.maxInput)
 	if err != nil {
 		return req, nil, err
 	}
@@ -239,32 +235,33 @@ func (a bulkArgs) request(ctx context.Context, stdin io.Reader) (replay.BulkRequ
 	return req, list, nil
 }
 
-// runReplayBulk runs the action with the shared bulk runner: details on
-// stdout, progress on stderr, interrupts; it returns the summary. list is
-// the checked --from list the request streams (nil for a filter).
+// runReplayBulk runs the action with the shared bulk runner and returns
+// the summary. list is the checked --from list the request streams (nil
+// for a filter).
 func runReplayBulk(ctx context.Context, inv *invocation, pool *pgxpool.Pool, req replay.BulkRequest, list *sourceList[replay.Source], details bool) (result, error) {
-	r := newBulkRunner(inv, replayBulk, req.DryRun)
+	sel := bulkSelection{listed: -1}
 	if list != nil {
-		r.setTotal(list.Len())
-		r.fromStdin = isStdin(inv.argv)
+		sel.listed = list.Len()
+	} else {
+		sel.openEnded = req.Filter.SucceededUntil == nil
 	}
-	if req.Filter != nil {
-		r.openEnded = req.Filter.SucceededUntil == nil
-		req.Count = r.wantsCount()
-	}
-	req.Stop = r.stop()
-	var sum replay.BulkSummary
-	err := r.run(ctx, func(ctx context.Context) error {
-		var err error
-		sum, err = replay.Bulk(ctx, pool, req, func(c replay.BulkChunk) error {
-			var show func(io.Writer, bool)
-			if details {
-				show = func(w io.Writer, asJSON bool) { writeBulkDetails(w, asJSON, c.Results) }
+	call := bulkCall[replay.BulkChunk, replay.BulkSummary]{
+		kind: replayBulk, dryRun: req.DryRun, sel: sel,
+		prepare: func(count bool, stop <-chan struct{}) {
+			if req.Filter != nil {
+				req.Count = count
 			}
-			return r.chunk(progressOf(c), show)
-		})
-		return err
-	})
+			req.Stop = stop
+		},
+		act: func(ctx context.Context, onChunk func(replay.BulkChunk) error) (replay.BulkSummary, error) {
+			return replay.Bulk(ctx, pool, req, onChunk)
+		},
+		progress: progressOf,
+	}
+	if details {
+		call.details = func(w io.Writer, asJSON bool, c replay.BulkChunk) { writeBulkDetails(w, asJSON, c.Results) }
+	}
+	sum, r, err := runBulk(ctx, inv, call)
 	if err != nil {
 		return nil, err
 	}
@@ -370,32 +367,14 @@ func (o bulkOutput) exitCode() int {
 }
 
 func (o bulkOutput) text(w io.Writer) {
-	head := "Bulk replay"
-	if o.DryRun {
-		head = "Bulk replay, dry run (every chunk rolled back, nothing written)"
-	}
-	fmt.Fprintf(w, "%s under key %s, reason %s: %s selected, %s in %s",
-		head, strconv.Quote(o.key), strconv.Quote(o.reason), count(o.Selected, "source"), count(o.chunks, "chunk"), roundDuration(o.elapsed))
-	if o.Selected > 0 && o.elapsed > 0 {
-		fmt.Fprintf(w, " (%s sources/s)", groupDigits(perSecond(o.Selected, o.elapsed)))
-	}
-	fmt.Fprintln(w, ".")
-	writeBulkCounts(w, replayBulk.outcomes, replayCounts(replay.BulkSummary{
-		Inserted: o.Inserted, Existing: o.Existing, Conflict: o.Conflict, Mismatch: o.Mismatch,
-		NotFound: o.NotFound, WorkflowManaged: o.WorkflowManaged, DefinitionUnavailable: o.DefinitionUnavailable,
-	}), o.Selected)
-	verb, existing := "are replayed", "already replayed under this key"
-	if o.DryRun {
-		verb = "would be replayed"
-	}
-	switch {
-	case o.Selected == 0:
-		fmt.Fprintln(w, "No source selected: nothing to replay.")
-	case o.refused() == 0:
-		fmt.Fprintf(w, "All %s %s: %s inserted now, %s %s.\n", count(o.Selected, "source"), verb,
-			groupDigits(o.Inserted), groupDigits(o.Existing), existing)
-	default:
-		fmt.Fprintf(w, "%s of %s refused (exit %d; --details lists them); the other %s %s.\n",
-			groupDigits(o.refused()), count(o.Selected, "source"), exitRefused, groupDigits(o.Inserted+o.Existing), verb)
-	}
+	bulkSummary{
+		kind: replayBulk, action: "replay", unit: "source",
+		scope:    fmt.Sprintf(" under key %s, reason %s", strconv.Quote(o.key), strconv.Quote(o.reason)),
+		existing: "already replayed under this key",
+		dryRun:   o.DryRun, selected: o.Selected, refused: o.refused(), chunks: o.chunks, elapsed: o.elapsed,
+		counts: replayCounts(replay.BulkSummary{
+			Inserted: o.Inserted, Existing: o.Existing, Conflict: o.Conflict, Mismatch: o.Mismatch,
+			NotFound: o.NotFound, WorkflowManaged: o.WorkflowManaged, DefinitionUnavailable: o.DefinitionUnavailable,
+		}),
+	}.text(w)
 }

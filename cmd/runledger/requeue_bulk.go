@@ -180,16 +180,12 @@ before stay, and running the same command again resumes.`,
 				if fs.isSet("error-code") && strings.TrimSpace(*errorCode) == "" {
 					return nil, bulkInvalid("job.requeue_bulk_error_code_invalid", "requeue-bulk: --error-code must not be blank")
 				}
-				if *since != nil && *until != nil && !(*since).Before(**until) {
-					return nil, bulkInvalid(codeRequeueBulkRange, "requeue-bulk: --finished-since %s is not before --finished-until %s: the range [since, until) selects nothing",
-						(*since).Format(time.RFC3339Nano), (*until).Format(time.RFC3339Nano))
+				if err := checkRange("requeue-bulk", codeRequeueBulkRange, "--finished-since", "--finished-until", *since, *until); err != nil {
+					return nil, err
 				}
 				req.Filter = &requeue.Filter{Status: st, JobType: *jobType, ErrorCode: *errorCode, FinishedSince: *since, FinishedUntil: *until, Limit: limitN}
 			} else {
-				if *from == "" {
-					return nil, invalidArgf("requeue-bulk: --from needs a file name, or - for stdin")
-				}
-				if list, err = openSourceList(ctx, requeueSources, *from, inv.stdin, *maxInput); err != nil {
+				if list, err = openFrom(ctx, "requeue-bulk", requeueSources, *from, inv.stdin, *maxInput); err != nil {
 					return nil, err
 				}
 				defer list.Close()
@@ -205,29 +201,32 @@ before stay, and running the same command again resumes.`,
 // runRequeueBulk runs the action with the shared bulk runner, as
 // runReplayBulk does, and returns the summary.
 func runRequeueBulk(ctx context.Context, inv *invocation, pool *pgxpool.Pool, req requeue.BulkRequest, list *sourceList[requeue.Source], details bool) (result, error) {
-	r := newBulkRunner(inv, requeueBulk, req.DryRun)
+	sel := bulkSelection{listed: -1}
 	if list != nil {
-		r.setTotal(list.Len())
-		r.fromStdin = isStdin(inv.argv)
+		sel.listed = list.Len()
+	} else {
+		sel.openEnded = req.Filter.FinishedUntil == nil
 	}
-	if req.Filter != nil {
-		r.openEnded = req.Filter.FinishedUntil == nil
-		req.Count = r.wantsCount()
-	}
-	req.Stop = r.stop()
-	var sum requeue.BulkSummary
-	err := r.run(ctx, func(ctx context.Context) error {
-		var err error
-		sum, err = requeue.Bulk(ctx, pool, req, func(c requeue.BulkChunk) error {
-			var show func(io.Writer, bool)
-			if details {
-				show = func(w io.Writer, asJSON bool) { writeRequeueDetails(w, asJSON, c.Results) }
+	call := bulkCall[requeue.BulkChunk, requeue.BulkSummary]{
+		kind: requeueBulk, dryRun: req.DryRun, sel: sel,
+		prepare: func(count bool, stop <-chan struct{}) {
+			if req.Filter != nil {
+				req.Count = count
 			}
-			return r.chunk(bulkProgress{index: c.Index, attempts: c.Attempts, counts: c.Counts, total: c.Total.Counts(),
-				done: c.Total.Selected, expected: c.Expected, until: c.FinishedUntil}, show)
-		})
-		return err
-	})
+			req.Stop = stop
+		},
+		act: func(ctx context.Context, onChunk func(requeue.BulkChunk) error) (requeue.BulkSummary, error) {
+			return requeue.Bulk(ctx, pool, req, onChunk)
+		},
+		progress: func(c requeue.BulkChunk) bulkProgress {
+			return bulkProgress{index: c.Index, attempts: c.Attempts, counts: c.Counts, total: c.Total.Counts(),
+				done: c.Total.Selected, expected: c.Expected, until: c.FinishedUntil}
+		},
+	}
+	if details {
+		call.details = func(w io.Writer, asJSON bool, c requeue.BulkChunk) { writeRequeueDetails(w, asJSON, c.Results) }
+	}
+	sum, r, err := runBulk(ctx, inv, call)
 	if err != nil {
 		return nil, err
 	}
@@ -287,29 +286,11 @@ func (o requeueBulkOutput) exitCode() int {
 }
 
 func (o requeueBulkOutput) text(w io.Writer) {
-	head := "Bulk requeue"
-	if o.DryRun {
-		head = "Bulk requeue, dry run (every chunk rolled back, nothing written)"
-	}
-	fmt.Fprintf(w, "%s, reason %s: %s selected, %s in %s", head, strconv.Quote(o.reason), count(o.Selected, "job"),
-		count(o.chunks, "chunk"), roundDuration(o.elapsed))
-	if o.Selected > 0 && o.elapsed > 0 {
-		fmt.Fprintf(w, " (%s jobs/s)", groupDigits(perSecond(o.Selected, o.elapsed)))
-	}
-	fmt.Fprintln(w, ".")
-	writeBulkCounts(w, requeueBulk.outcomes, o.counts(), o.Selected)
-	verb := "are requeued"
-	if o.DryRun {
-		verb = "would be requeued"
-	}
-	switch {
-	case o.Selected == 0:
-		fmt.Fprintln(w, "No job selected: nothing to requeue.")
-	case o.refused() == 0:
-		fmt.Fprintf(w, "All %s %s: %s requeued now, %s already requeued with this reason.\n", count(o.Selected, "job"), verb,
-			groupDigits(o.Requeued), groupDigits(o.Existing))
-	default:
-		fmt.Fprintf(w, "%s of %s refused (exit %d; --details lists them); the other %s %s.\n",
-			groupDigits(o.refused()), count(o.Selected, "job"), exitRefused, groupDigits(o.Requeued+o.Existing), verb)
-	}
+	bulkSummary{
+		kind: requeueBulk, action: "requeue", unit: "job",
+		scope:    ", reason " + strconv.Quote(o.reason),
+		existing: "already requeued with this reason",
+		dryRun:   o.DryRun, selected: o.Selected, refused: o.refused(), chunks: o.chunks, elapsed: o.elapsed,
+		counts: o.counts(),
+	}.text(w)
 }

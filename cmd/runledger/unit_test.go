@@ -194,3 +194,37 @@ func TestGroupDigits(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeArgs: every spelling the command line accepts reaches pflag
+// in the one it reads, and values are never rewritten.
+func TestNormalizeArgs(t *testing.T) {
+	t.Parallel()
+	fs := newFlagSet("t")
+	fs.boolOpt("enabled", "on")
+	fs.str("reason", "`R` why")
+	cases := []struct {
+		args, want []string
+	}{
+		{[]string{"-reason", "r", "-enabled"}, []string{"--reason", "r", "--enabled"}},
+		{[]string{"-reason=r", "-enabled=false"}, []string{"--reason=r", "--enabled=false"}},
+		{[]string{"--enabled", "false", "A"}, []string{"--enabled=false", "A"}},
+		{[]string{"-enabled", "true"}, []string{"--enabled=true"}},
+		{[]string{"--reason", "-enabled", "false"}, []string{"--reason", "-enabled", "false"}},
+		{[]string{"--reason", "-h"}, []string{"--reason", "-h"}},
+		{[]string{"-colour", "red"}, []string{"--colour", "red"}},
+		{[]string{"--enabled", "-h", "--colour"}, []string{"--enabled", "--help"}},
+		{[]string{"-help"}, []string{"--help"}},
+		{[]string{"--h"}, []string{"--help"}},
+		{[]string{"A", "--", "-enabled", "-h"}, []string{"A", "--", "-enabled", "-h"}},
+		{[]string{"-", "-enabled"}, []string{"-", "--enabled"}},
+	}
+	for _, tc := range cases {
+		if got := normalizeArgs(tc.args, fs.Lookup, false); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("normalizeArgs(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	// Before the command only the leading flags are rewritten.
+	if got, want := normalizeArgs([]string{"-enabled", "cmd", "-reason", "r"}, fs.Lookup, true), []string{"--enabled", "cmd", "-reason", "r"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("untilPositional: %q, want %q", got, want)
+	}
+}
