@@ -22,7 +22,7 @@ const (
 )
 
 // maxJobTypeBytes is the longest job type a filter accepts (as
-// jobs.MaxJobTypeBytes).
+// runledger.MaxJobTypeBytes).
 const maxJobTypeBytes = 255
 
 var (

@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -30,7 +31,7 @@ func setup(t *testing.T) (context.Context, *pgxpool.Pool) {
 // leased.
 func claimOnly(t *testing.T, ctx context.Context, pool *pgxpool.Pool, want uuid.UUID) runledger.Job {
 	t.Helper()
-	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{})
+	got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{})
 	if len(got) != 1 || got[0].ID != want {
 		t.Fatalf("claimed %v, want only %s", testdb.IDs(got), want)
 	}

@@ -26,7 +26,7 @@ import (
 const DefaultBulkChunk = 1000
 
 // maxJobTypeBytes is the longest job type a filter accepts, as
-// jobs.MaxJobTypeBytes.
+// runledger.MaxJobTypeBytes.
 const maxJobTypeBytes = 255
 
 // The bulk-request validation errors, all category Validation. A bulk

@@ -28,7 +28,7 @@ import (
 const DefaultBulkChunk = 1000
 
 // maxJobTypeBytes is the longest job type a filter accepts, as
-// jobs.MaxJobTypeBytes; maxErrorCodeBytes the longest error code.
+// runledger.MaxJobTypeBytes; maxErrorCodeBytes the longest error code.
 const (
 	maxJobTypeBytes   = 255
 	maxErrorCodeBytes = 255

@@ -65,7 +65,7 @@
 // When Run's context ends the worker stops claiming; running handlers get
 // Config.ShutdownTimeout to finish, then their contexts are canceled; an
 // attempt canceled so, and jobs claimed but not started, are handed back
-// without spending their attempt (jobs.Release: PENDING at the attempt
+// without spending their attempt (lease.Release: PENDING at the attempt
 // before, due as they were; never a failure, so a shutdown never
 // dead-letters a job on its last attempt); every outcome is committed;
 // then Run returns. A clean shutdown leaves none of
