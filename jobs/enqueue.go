@@ -113,8 +113,9 @@ func (r EnqueueRequest) Validate() error {
 		}
 	}
 	if r.ExecutionResourceKey != "" {
-		if err := validate.ExecutionResourceKey(r.ExecutionResourceKey); err != nil {
-			return err
+		if k := r.ExecutionResourceKey; validate.Text(k, runledger.MaxKeyBytes) != validate.OK {
+			return errResourceKeyInvalid.Newf(
+				"execution resource key is blank, holds NUL or invalid UTF-8, or is %d bytes long", len(k))
 		}
 	}
 	return nil

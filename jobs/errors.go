@@ -20,6 +20,8 @@ var (
 		"Run-at time is out of range.")
 	errIdempotencyKeyInvalid = errs.Validation("job.idempotency_key_invalid",
 		"Idempotency key must be non-blank UTF-8 without NUL bytes, at most 512 bytes.")
+	errResourceKeyInvalid = errs.Validation("job.invalid_execution_resource_key",
+		"Execution resource key must be non-blank and at most 512 bytes.")
 	errCancelReasonInvalid = errs.Validation("job.cancel_reason_invalid",
 		"Cancel reason must be valid UTF-8 without NUL bytes.")
 	errWorkflowTypeInvalid = errs.Validation("job.workflow_type_invalid",
