@@ -84,21 +84,6 @@ func exampleFlow(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	return nil
 }
 
-// ExampleBackoff prints the default retry delays: they double from one
-// second and stop growing at an hour.
-func ExampleBackoff() {
-	for _, attempt := range []int32{1, 2, 3, 12, 13, 50} {
-		fmt.Println(attempt, lease.Backoff(attempt))
-	}
-	// Output:
-	// 1 1s
-	// 2 2s
-	// 3 4s
-	// 12 34m8s
-	// 13 1h0m0s
-	// 50 1h0m0s
-}
-
 func TestExampleFlow(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
