@@ -29,6 +29,7 @@ import (
 // the heartbeat, once it has the highest, waits for the completion's: a
 // deadlock, reported as a transient error to one of them.
 func TestWorkerWritesLockInIDOrder(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	const n = 40
 	for range n {
@@ -116,6 +117,7 @@ func TestWorkerWritesLockInIDOrder(t *testing.T) {
 // from them), puts the progress in its event, and keeps the stored values
 // when it gives none.
 func TestFailStoresProgressAndCheckpoint(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	j := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{JobType: "email"})
 	req := testdb.FailRequest(j)
@@ -156,6 +158,7 @@ func TestFailStoresProgressAndCheckpoint(t *testing.T) {
 // and checkpoint are refused as a heartbeat's are, before any database
 // work.
 func TestFailValidatesProgressAndCheckpoint(t *testing.T) {
+	t.Parallel()
 	base := lease.FailRequest{WorkerID: "w"}
 	bad := base
 	bad.ProgressDone, bad.ProgressTotal = testdb.Ptr[int64](5), testdb.Ptr[int64](4)
