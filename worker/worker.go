@@ -1,8 +1,8 @@
 // Package worker runs jobs: a Worker claims due jobs of the types
 // registered with it, runs each with its handler, keeps the leases alive
 // with heartbeats, and records each attempt's outcome, all through the
-// lease-fenced writes of package jobs. It is a floor above the library
-// (jobs, replay); nothing in the library imports it.
+// lease-fenced writes of package lease. It is a floor above the library
+// (jobs, lease, replay); nothing in the library imports it.
 //
 // # What a Worker does
 //

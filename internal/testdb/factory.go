@@ -17,9 +17,9 @@ import (
 // Factories: ledger states for tests to start from. Seed and DefineType
 // write rows with test SQL (a state as it lies in the tables, with no
 // events, whatever the library would have done); Define, Enqueue, Claim,
-// Leased and LeaseJob go through package jobs, as an application would, and
-// CompleteRequest and FailRequest build the requests that finish a leased
-// job.
+// Leased and LeaseJob go through packages jobs and lease, as an application
+// would, and CompleteRequest and FailRequest build the requests that
+// finish a leased job.
 
 // Ptr returns a pointer to a copy of v, for the optional fields of requests.
 func Ptr[T any](v T) *T { return &v }
