@@ -52,12 +52,3 @@ func lastEvent(t *testing.T, ctx context.Context, q jobs.Querier, id uuid.UUID) 
 	}
 	return typ, attempt, payload, occurred
 }
-
-// approx reports whether d is within tol of want.
-func approx(d, want, tol time.Duration) bool {
-	diff := d - want
-	if diff < 0 {
-		diff = -diff
-	}
-	return diff <= tol
-}
