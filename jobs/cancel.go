@@ -54,11 +54,11 @@ const maxCancelAttempts = 3
 // (CANCELED, finished). A job not in scope (or missing) is
 // runledger.CodeJobNotFound; a job already SUCCEEDED, DEAD_LETTERED or
 // CANCELED is runledger.CodeNotCancelable; nothing is written in either
-// case. Canceling a leased job does not stop its worker, whose Complete or
-// Fail then gets runledger.CodeLeaseMismatch; the job keeps its execution
+// case. Canceling a leased job does not stop its worker, whose lease.Complete or
+// lease.Fail then gets runledger.CodeLeaseMismatch; the job keeps its execution
 // resource claim until the canceled lease would have expired, so no other
 // job with the key runs beside a worker that has not noticed. A lost reply
-// is runledger.ErrCommitUnconfirmed, as for Complete: the job may be
+// is runledger.ErrCommitUnconfirmed, as for lease.Complete: the job may be
 // canceled; a retry then answers runledger.CodeNotCancelable.
 func Cancel(ctx context.Context, pool *pgxpool.Pool, req CancelRequest) (runledger.Job, error) {
 	return txn.OwnedWrite(ctx, pool, "job cancel", req, cancel)

@@ -96,7 +96,7 @@ func (r CompleteRequest) lease() heldLease {
 // When the statement was sent and its reply lost (the connection dropped,
 // or ctx ended and the server did not answer the cancel in time), the job
 // may or may not be completed: the error matches
-// runledger.ErrCommitUnconfirmed. Read the job back (Get) to learn which;
+// runledger.ErrCommitUnconfirmed. Read the job back (inspect.Get) to learn which;
 // a blind retry answers a lease mismatch if the first call won.
 func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
 	return txn.OwnedWrite(ctx, pool, "job completion", req, completeOne)
