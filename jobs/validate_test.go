@@ -105,8 +105,8 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}, "job.job_type_too_long"},
 		{"enqueue type 9000 bytes", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = strings.Repeat("t", 9000) })), "job.job_type_too_long"},
-		{"payload over the default limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = jsonString(runledger.DefaultMaxJSONBytes + 1) })), "job.payload_too_large"},
-		{"payload over its own limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = jsonString(11), 10 })), "job.payload_too_large"},
+		{"payload over the default limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = testdb.JSONString(runledger.DefaultMaxJSONBytes + 1) })), "job.payload_too_large"},
+		{"payload over its own limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = testdb.JSONString(11), 10 })), "job.payload_too_large"},
 		{"payload too large wins over invalid", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = json.RawMessage(`{"a":`), 4 })), "job.payload_too_large"},
 	}
 	for _, c := range cases {
@@ -140,18 +140,13 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	}
 	reqs = append(reqs,
 		jobs.EnqueueRequest{JobType: strings.Repeat("é", runledger.MaxJobTypeBytes/2) + "e"},
-		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(runledger.DefaultMaxJSONBytes)},
-		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(runledger.DefaultMaxJSONBytes + 1), MaxPayloadBytes: 2 * runledger.DefaultMaxJSONBytes},
-		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(10), MaxPayloadBytes: 10},
+		jobs.EnqueueRequest{JobType: "email", Payload: testdb.JSONString(runledger.DefaultMaxJSONBytes)},
+		jobs.EnqueueRequest{JobType: "email", Payload: testdb.JSONString(runledger.DefaultMaxJSONBytes + 1), MaxPayloadBytes: 2 * runledger.DefaultMaxJSONBytes},
+		jobs.EnqueueRequest{JobType: "email", Payload: testdb.JSONString(10), MaxPayloadBytes: 10},
 	)
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
 			t.Errorf("request %d: %v", i, err)
 		}
 	}
-}
-
-// jsonString returns a JSON string value exactly n bytes long (n >= 2).
-func jsonString(n int) json.RawMessage {
-	return json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
 }

@@ -78,8 +78,8 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 		{"recover limit zero", func() error { _, err := lease.RecoverExpiredLeases(ctx, pool, 0); return err }, "job.recover_limit_invalid"},
 		{"recover tx limit too big", func() error { _, err := lease.RecoverExpiredLeasesTx(ctx, nil, 1001); return err }, "job.recover_limit_invalid"},
 		{"claim type filter too long", claimWith(func(r *lease.ClaimRequest) { r.JobTypes = []string{strings.Repeat("é", 128)} }), "job.job_type_too_long"},
-		{"complete output over the default limit", completeWith(func(r *lease.CompleteRequest) { r.Output = jsonString(runledger.DefaultMaxJSONBytes + 1) }), "job.output_too_large"},
-		{"complete output over its own limit", completeWith(func(r *lease.CompleteRequest) { r.Output, r.MaxOutputBytes = jsonString(3), 2 }), "job.output_too_large"},
+		{"complete output over the default limit", completeWith(func(r *lease.CompleteRequest) { r.Output = testdb.JSONString(runledger.DefaultMaxJSONBytes + 1) }), "job.output_too_large"},
+		{"complete output over its own limit", completeWith(func(r *lease.CompleteRequest) { r.Output, r.MaxOutputBytes = testdb.JSONString(3), 2 }), "job.output_too_large"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -102,8 +102,8 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	t.Parallel()
 	for _, out := range []lease.CompleteRequest{
-		{WorkerID: "w", Output: jsonString(runledger.DefaultMaxJSONBytes)},
-		{WorkerID: "w", Output: jsonString(5), MaxOutputBytes: 5},
+		{WorkerID: "w", Output: testdb.JSONString(runledger.DefaultMaxJSONBytes)},
+		{WorkerID: "w", Output: testdb.JSONString(5), MaxOutputBytes: 5},
 	} {
 		if err := out.Validate(); err != nil {
 			t.Errorf("output of %d bytes: %v", len(out.Output), err)
@@ -115,9 +115,4 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 	if err := (lease.FailRequest{WorkerID: "w", RetryDelay: testdb.Ptr(time.Duration(0))}).Validate(); err != nil {
 		t.Error(err)
 	}
-}
-
-// jsonString returns a JSON string value exactly n bytes long (n >= 2).
-func jsonString(n int) json.RawMessage {
-	return json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
 }

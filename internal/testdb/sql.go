@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,4 +189,10 @@ func JobState(t testing.TB, ctx context.Context, q Querier, id uuid.UUID) string
 		t.Fatal(err)
 	}
 	return s
+}
+
+// JSONString returns a JSON string value exactly n bytes long (n >= 2),
+// for tests of the size limits on payloads and outputs.
+func JSONString(n int) json.RawMessage {
+	return json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
 }
