@@ -63,7 +63,7 @@ test-matrix: ## Run the library suites on each PostgreSQL major in MATRIX_VERSIO
 # gives each test a distributed database cloned from the migrated template
 # (whose build refuses a schema that leaves a table local to the
 # coordinator). .ci/run runs it.
-CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./health/ ./jobs/ ./schedules/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/planaudit/ ./internal/testdb/pgcitus/
+CITUS_PACKAGES ?= . ./db/ ./replay/ ./requeue/ ./health/ ./jobs/ ./lease/ ./inspect/ ./schedules/ ./worker/ ./goose/ ./reliability/ ./internal/testdb/planaudit/ ./internal/testdb/pgcitus/
 CITUS_FLAGS    ?=
 
 .PHONY: citus-binaries
@@ -87,10 +87,10 @@ CITUS_BENCH_TIME ?= 2s
 bench-citus: ## Benchmarks of docs/SCALING.md on one server, then on a Citus cluster
 	@set -e; bindir=$$(tools/citus); \
 	echo "== one PostgreSQL server"; \
-	env -u RUNLEDGER_TEST_DATABASE_URL -u RUNLEDGER_TEST_CITUS RUNLEDGER_PG_BINDIR="$$bindir" $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./internal/testdb/planaudit/; \
+	env -u RUNLEDGER_TEST_DATABASE_URL -u RUNLEDGER_TEST_CITUS RUNLEDGER_PG_BINDIR="$$bindir" $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./lease/ ./internal/testdb/planaudit/; \
 	echo "== Citus: a coordinator and two workers"; \
 	env -u RUNLEDGER_TEST_DATABASE_URL RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR="$$bindir" \
-	  $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./internal/testdb/planaudit/
+	  $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./lease/ ./internal/testdb/planaudit/
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
@@ -130,7 +130,7 @@ bench-console: ## The console's pages (p50/p95 server time on 1,000,000 finished
 .PHONY: bench-smoke
 bench-smoke: ## Every documented benchmark command, once with tiny counts (CI runs it)
 	RUNLEDGER_BENCH_HISTORY=20000 RUNLEDGER_BENCH_PRUNE=2000 RUNLEDGER_BENCH_QUIET=1 \
-	  $(GO) test -run '^$$' -bench . -benchtime 1x -short ./replay/ ./requeue/ ./jobs/ ./health/ ./worker/
+	  $(GO) test -run '^$$' -bench . -benchtime 1x -short ./replay/ ./requeue/ ./jobs/ ./lease/ ./health/ ./worker/
 	RUNLEDGER_CONSOLE_BENCH_FINISHED=2000 RUNLEDGER_CONSOLE_BENCH_LIVE=200 RUNLEDGER_CONSOLE_BENCH_BULK=200 \
 	  $(GO) test -run '^$$' -bench . -benchtime 2x ./console/
 	$(GO) run ./cmd/runledger bench --fast --sources 1000 --clients 1 --duration 1s --warmup 0s

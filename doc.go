@@ -1,9 +1,10 @@
 // Package runledger holds the domain types of the runledger job ledger:
 // scopes, job records, statuses and stages, and the error model shared by
 // every package. It contains no database code; package replay
-// (compare-and-replay of a succeeded job) and package jobs (definitions,
-// enqueue, claim, complete, fail, cancel and reads) do the work, on
-// PostgreSQL through pgx.
+// (compare-and-replay of a succeeded job), package requeue, package jobs
+// (definitions, enqueue, cancel), package lease (claim, heartbeat,
+// complete, fail, release, recovery) and package inspect (the reads) do
+// the work, on PostgreSQL through pgx.
 //
 // Errors returned by those packages are *Error values with a stable Code
 // and a Category. A Code is itself an error: match one with

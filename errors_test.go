@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 )
@@ -114,7 +115,7 @@ func TestLibraryErrorsPrintTheirDetail(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.ClosedPool(t)
 	_, validation := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: " "})
-	_, database := jobs.Get(ctx, pool, runledger.Global(), uuid.New())
+	_, database := inspect.Get(ctx, pool, runledger.Global(), uuid.New())
 	for _, err := range []error{validation, database} {
 		var e *runledger.Error
 		if !errors.As(err, &e) || e.Detail == "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 	"github.com/runledger-go/runledger/requeue"
@@ -150,7 +151,7 @@ func (c *console) cancelAction(w http.ResponseWriter, r *http.Request) {
 	}
 	// The library's cancel compares the status (unfinished) itself; the
 	// run and exact status the page showed are compared here first.
-	now, err := jobs.Get(r.Context(), c.pool, scope, id)
+	now, err := inspect.Get(r.Context(), c.pool, scope, id)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -164,7 +165,7 @@ func (c *console) cancelAction(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, runledger.CodeNotCancelable):
-		now, err := jobs.Get(r.Context(), c.pool, scope, id)
+		now, err := inspect.Get(r.Context(), c.pool, scope, id)
 		if err != nil {
 			c.fail(w, r, err)
 			return

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/inspect"
 )
 
 // filter is the job list's filter as the operator typed it (echoed back
@@ -87,8 +87,8 @@ func parseTime(s string) (*time.Time, error) {
 }
 
 // search is the filter as the library's request for one page.
-func (f filter) search(before *jobs.Cursor) jobs.SearchRequest {
-	return jobs.SearchRequest{Scope: f.scope, Status: f.status, JobType: f.Type, ErrorCode: f.ErrorCode,
+func (f filter) search(before *inspect.Cursor) inspect.SearchRequest {
+	return inspect.SearchRequest{Scope: f.scope, Status: f.status, JobType: f.Type, ErrorCode: f.ErrorCode,
 		FinishedSince: f.since, FinishedUntil: f.until, Limit: PageSize, Before: before}
 }
 
@@ -105,12 +105,12 @@ func (f filter) values() url.Values {
 }
 
 // cursorParam writes a page cursor as "created_at~id".
-func cursorParam(c *jobs.Cursor) string {
+func cursorParam(c *inspect.Cursor) string {
 	return c.CreatedAt.UTC().Format(time.RFC3339Nano) + "~" + c.ID.String()
 }
 
 // parseCursor reads cursorParam's form; "" is the first page.
-func parseCursor(s string) (*jobs.Cursor, error) {
+func parseCursor(s string) (*inspect.Cursor, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -126,5 +126,5 @@ func parseCursor(s string) (*jobs.Cursor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("page cursor %q is malformed", s)
 	}
-	return &jobs.Cursor{CreatedAt: t, ID: u}, nil
+	return &inspect.Cursor{CreatedAt: t, ID: u}, nil
 }

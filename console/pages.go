@@ -11,7 +11,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/health"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/inspect"
 )
 
 type overviewView struct {
@@ -52,10 +52,10 @@ func (c *console) jobList(w http.ResponseWriter, r *http.Request) {
 	f, err := c.parseFilter(q)
 	v.Filter = f
 	if err == nil {
-		var before *jobs.Cursor
+		var before *inspect.Cursor
 		if before, err = parseCursor(q.Get("before")); err == nil {
-			var page jobs.Page
-			page, err = jobs.Search(r.Context(), c.pool, f.search(before))
+			var page inspect.Page
+			page, err = inspect.Search(r.Context(), c.pool, f.search(before))
 			if err == nil {
 				v.Jobs = page.Jobs
 				if page.Next != nil {
@@ -85,7 +85,7 @@ func (c *console) jobList(w http.ResponseWriter, r *http.Request) {
 }
 
 type jobView struct {
-	Detail jobs.Detail
+	Detail inspect.Detail
 	// Origin is the job this one was replayed from, as it is now.
 	Origin *runledger.Job
 	Scope  string
@@ -119,7 +119,7 @@ func (c *console) scopeOf(ctx context.Context, id uuid.UUID) (runledger.Scope, e
 	if c.opts.Scope != nil {
 		return *c.opts.Scope, nil
 	}
-	return jobs.Locate(ctx, c.pool, id)
+	return inspect.Locate(ctx, c.pool, id)
 }
 
 // loadJob reads what the job page shows.
@@ -128,13 +128,13 @@ func (c *console) loadJob(ctx context.Context, id uuid.UUID) (jobView, error) {
 	if err != nil {
 		return jobView{}, err
 	}
-	d, err := jobs.GetDetail(ctx, c.pool, jobs.DetailRequest{Scope: scope, JobID: id})
+	d, err := inspect.GetDetail(ctx, c.pool, inspect.DetailRequest{Scope: scope, JobID: id})
 	if err != nil {
 		return jobView{}, err
 	}
 	v := jobView{Detail: d, Scope: scope.String()}
 	if d.ReplayedFrom != nil {
-		src, err := jobs.Get(ctx, c.pool, scope, d.ReplayedFrom.SourceJobID)
+		src, err := inspect.Get(ctx, c.pool, scope, d.ReplayedFrom.SourceJobID)
 		if err == nil {
 			v.Origin = &src
 		} else if !errors.Is(err, runledger.CodeJobNotFound) {

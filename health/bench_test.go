@@ -15,7 +15,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // benchSize reads a size from the environment, else def.
@@ -203,14 +203,14 @@ func BenchmarkPruneBesideAWorker(b *testing.B) {
 			default:
 			}
 			start := time.Now()
-			claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "bench", Limit: 10, Lease: time.Minute})
+			claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "bench", Limit: 10, Lease: time.Minute})
 			took = append(took, time.Since(start))
 			if err != nil {
 				b.Error(err)
 				return took
 			}
 			for _, j := range claimed {
-				if _, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{Scope: testdb.Ptr(j.Scope()), JobID: j.ID, RunNumber: j.RunNumber,
+				if _, err := lease.Complete(ctx, pool, lease.CompleteRequest{Scope: testdb.Ptr(j.Scope()), JobID: j.ID, RunNumber: j.RunNumber,
 					Attempt: j.Attempt, WorkerID: "bench"}); err != nil {
 					b.Error(err)
 					return took

@@ -5,7 +5,7 @@
 // at a time, in bounded batches that never wait on a row another
 // transaction holds.
 //
-// It is part of the library, beside package jobs: it stands on the
+// It is part of the library, beside packages jobs, lease and inspect: it stands on the
 // foundations in internal/ and the generated statements in db/, and the
 // worker runtime calls Prune on a schedule (worker.Config.Retention).
 //

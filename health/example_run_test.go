@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // ExampleGetStats reads one tenant's queue health per job type: the live
@@ -81,10 +82,10 @@ func exampleSetup(ctx context.Context) (*pgxpool.Pool, runledger.Scope) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(leased) != 1 {
+		if leased, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(leased) != 1 {
 			log.Fatal(err)
 		}
-		done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: enq.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w"})
+		done, err := lease.Complete(ctx, pool, lease.CompleteRequest{JobID: enq.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w"})
 		if err != nil {
 			log.Fatal(err)
 		}

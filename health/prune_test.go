@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -294,13 +295,13 @@ func TestPruneBesideClaimsCompletesAndReplays(t *testing.T) {
 				return
 			}
 			enqueued++
-			claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
+			claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
 			if err != nil {
 				errc <- err
 				return
 			}
 			for _, j := range claimed {
-				if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(j)); err != nil {
+				if _, err := lease.Complete(ctx, pool, testdb.CompleteRequest(j)); err != nil {
 					errc <- err
 					return
 				}

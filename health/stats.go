@@ -21,10 +21,6 @@ const (
 	MaxWindow     = 31 * 24 * time.Hour
 )
 
-// maxJobTypeBytes is the longest job type a filter accepts (as
-// jobs.MaxJobTypeBytes).
-const maxJobTypeBytes = 255
-
 var (
 	errWindowInvalid = errs.Validation("health.stats_window_invalid",
 		"Stats window must be positive and at most 31 days.")
@@ -58,7 +54,7 @@ func (r StatsRequest) Validate() error {
 			return err
 		}
 	}
-	if r.JobType != "" && validate.Text(r.JobType, maxJobTypeBytes) != validate.OK {
+	if r.JobType != "" && validate.Text(r.JobType, runledger.MaxJobTypeBytes) != validate.OK {
 		return errJobTypeInvalid.Newf("job type filter of %d bytes is blank, holds NUL or invalid UTF-8, or is too long", len(r.JobType))
 	}
 	if r.Window < 0 || r.Window > MaxWindow {

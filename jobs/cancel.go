@@ -40,7 +40,7 @@ func (r CancelRequest) Validate() error {
 		return err
 	}
 	if !validate.Clean(r.Reason) {
-		return invalid(errCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
+		return validate.Invalid(errCancelReasonInvalid, "cancel reason holds a NUL byte or invalid UTF-8")
 	}
 	_, err := validate.Operator(r.Operator)
 	return err
@@ -54,20 +54,20 @@ const maxCancelAttempts = 3
 // (CANCELED, finished). A job not in scope (or missing) is
 // runledger.CodeJobNotFound; a job already SUCCEEDED, DEAD_LETTERED or
 // CANCELED is runledger.CodeNotCancelable; nothing is written in either
-// case. Canceling a leased job does not stop its worker, whose Complete or
-// Fail then gets runledger.CodeLeaseMismatch; the job keeps its execution
+// case. Canceling a leased job does not stop its worker, whose lease.Complete or
+// lease.Fail then gets runledger.CodeLeaseMismatch; the job keeps its execution
 // resource claim until the canceled lease would have expired, so no other
 // job with the key runs beside a worker that has not noticed. A lost reply
-// is runledger.ErrCommitUnconfirmed, as for Complete: the job may be
+// is runledger.ErrCommitUnconfirmed, as for lease.Complete: the job may be
 // canceled; a retry then answers runledger.CodeNotCancelable.
 func Cancel(ctx context.Context, pool *pgxpool.Pool, req CancelRequest) (runledger.Job, error) {
-	return ownedWrite(ctx, pool, "job cancel", req, cancel)
+	return txn.OwnedWrite(ctx, pool, "job cancel", req, cancel)
 }
 
 // CancelTx is Cancel inside the caller's transaction, which it never
 // commits or rolls back; the job stays locked until it ends.
 func CancelTx(ctx context.Context, tx pgx.Tx, req CancelRequest) (runledger.Job, error) {
-	return joinedWrite(ctx, tx, "job cancel", req, cancel)
+	return txn.JoinedWrite(ctx, tx, "job cancel", req, cancel)
 }
 
 // cancel runs the compare-and-set cancel; when it matches nothing, an

@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // DefinitionInput creates a job type or changes its settings. A nil setting
@@ -34,18 +35,18 @@ type DefinitionInput struct {
 
 // Validate checks the input without touching the database: job type
 // non-blank (job.job_type_blank), clean (job.job_type_invalid) and at most
-// MaxJobTypeBytes (job.job_type_too_long), max
+// runledger.MaxJobTypeBytes (job.job_type_too_long), max
 // attempts positive (job.max_attempts_invalid), timeout positive
 // (job.timeout_invalid).
 func (in DefinitionInput) Validate() error {
-	if err := validateJobType(in.JobType); err != nil {
+	if err := validate.JobType(in.JobType); err != nil {
 		return err
 	}
 	if in.MaxAttempts != nil && *in.MaxAttempts <= 0 {
-		return invalid(errMaxAttemptsInvalid, "max attempts must be positive, got %d", *in.MaxAttempts)
+		return validate.Invalid(errMaxAttemptsInvalid, "max attempts must be positive, got %d", *in.MaxAttempts)
 	}
 	if in.TimeoutSeconds != nil && *in.TimeoutSeconds <= 0 {
-		return invalid(errTimeoutInvalid, "timeout seconds must be positive, got %d", *in.TimeoutSeconds)
+		return validate.Invalid(errTimeoutInvalid, "timeout seconds must be positive, got %d", *in.TimeoutSeconds)
 	}
 	return nil
 }
@@ -88,14 +89,14 @@ func definitionFromRow(r db.JobDefinition) Definition {
 // that type in flight; jobs already enqueued keep the settings they were
 // given.
 func UpsertDefinition(ctx context.Context, pool *pgxpool.Pool, in DefinitionInput) (Definition, error) {
-	return validated(ctx, pool, in, upsertDefinition)
+	return txn.Validated(ctx, pool, in, upsertDefinition)
 }
 
 // UpsertDefinitionTx is UpsertDefinition inside the caller's transaction,
 // which it never commits or rolls back. The definition row stays locked
 // until that transaction ends, so enqueues of the type wait for it.
 func UpsertDefinitionTx(ctx context.Context, tx pgx.Tx, in DefinitionInput) (Definition, error) {
-	return validated(ctx, tx, in, upsertDefinition)
+	return txn.Validated(ctx, tx, in, upsertDefinition)
 }
 
 func upsertDefinition(ctx context.Context, q db.DBTX, in DefinitionInput) (Definition, error) {
@@ -118,7 +119,7 @@ func upsertDefinition(ctx context.Context, q db.DBTX, in DefinitionInput) (Defin
 // type is validated like DefinitionInput.JobType first. No lock.
 func GetDefinition(ctx context.Context, q Querier, jobType string) (Definition, error) {
 	q = txn.Wrap(q)
-	if err := validateJobType(jobType); err != nil {
+	if err := validate.JobType(jobType); err != nil {
 		return Definition{}, err
 	}
 	row, err := queries.JobDefinitionGetByJobType(ctx, q, jobType)
@@ -168,7 +169,7 @@ func ResumeType(ctx context.Context, q Querier, jobType string) (Definition, err
 
 func setPaused(ctx context.Context, q Querier, jobType string, paused bool) (Definition, error) {
 	q = txn.Wrap(q)
-	if err := validateJobType(jobType); err != nil {
+	if err := validate.JobType(jobType); err != nil {
 		return Definition{}, err
 	}
 	row, err := queries.JobDefinitionSetPaused(ctx, q, db.JobDefinitionSetPausedParams{JobType: jobType, IsPaused: paused})

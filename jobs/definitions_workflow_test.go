@@ -8,6 +8,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -89,7 +90,7 @@ func TestEnqueueWorkflowStepOwnsTheJob(t *testing.T) {
 
 	// A succeeded step job is workflow-managed: replay refuses it.
 	l := testdb.LeaseJob(t, ctx, pool, res.Job.ID)
-	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l)); err != nil {
+	if _, err := lease.Complete(ctx, pool, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = replay.SucceededJob(ctx, pool, replay.Request{Scope: scope, SourceJobID: l.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"})

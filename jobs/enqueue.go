@@ -59,14 +59,14 @@ type EnqueueRequest struct {
 	// cannot collide (uuid.NewV7).
 	JobID uuid.UUID
 	// MaxPayloadBytes caps len(Payload) for this call; zero (or negative)
-	// means DefaultMaxJSONBytes. It is a guard, not stored, and not part of
+	// means runledger.DefaultMaxJSONBytes. It is a guard, not stored, and not part of
 	// the request a keyed retry must repeat.
 	MaxPayloadBytes int
 }
 
 // Validate checks the request without touching the database, returning the
 // first failure: scope (job.organization_invalid), job type (job.job_type_blank, job.job_type_invalid,
-// job.job_type_too_long: over MaxJobTypeBytes), payload
+// job.job_type_too_long: over runledger.MaxJobTypeBytes), payload
 // (job.payload_too_large: over MaxPayloadBytes; job.payload_invalid: not
 // JSON, or JSON jsonb cannot store),
 // max attempts and timeout (must be positive: job.max_attempts_invalid,
@@ -80,41 +80,42 @@ func (r EnqueueRequest) Validate() error {
 	if err := validate.Scope(r.Scope); err != nil {
 		return err
 	}
-	if err := validateJobType(r.JobType); err != nil {
+	if err := validate.JobType(r.JobType); err != nil {
 		return err
 	}
 	if r.Payload != nil {
-		if max := jsonLimit(r.MaxPayloadBytes); len(r.Payload) > max {
-			return invalid(errPayloadTooLarge, "job payload must be at most %d bytes, got %d", max, len(r.Payload))
+		if max := validate.JSONLimit(r.MaxPayloadBytes); len(r.Payload) > max {
+			return validate.Invalid(errPayloadTooLarge, "job payload must be at most %d bytes, got %d", max, len(r.Payload))
 		}
-		if err := validateJSON(r.Payload); err != nil {
-			return invalid(errPayloadInvalid, "job payload: %v", err)
+		if err := validate.JSONB(r.Payload); err != nil {
+			return validate.Invalid(errPayloadInvalid, "job payload: %v", err)
 		}
 	}
 	if r.MaxAttempts != nil && *r.MaxAttempts <= 0 {
-		return invalid(errMaxAttemptsInvalid, "max attempts must be positive, got %d", *r.MaxAttempts)
+		return validate.Invalid(errMaxAttemptsInvalid, "max attempts must be positive, got %d", *r.MaxAttempts)
 	}
 	if r.TimeoutSeconds != nil && *r.TimeoutSeconds <= 0 {
-		return invalid(errTimeoutInvalid, "timeout seconds must be positive, got %d", *r.TimeoutSeconds)
+		return validate.Invalid(errTimeoutInvalid, "timeout seconds must be positive, got %d", *r.TimeoutSeconds)
 	}
 	if r.RunAt != nil {
 		if y := r.RunAt.UTC().Year(); r.RunAt.IsZero() || y < 1 || y > 9999 {
-			return invalid(errRunAtInvalid, "run-at %s is the zero time or outside years 1 to 9999", r.RunAt)
+			return validate.Invalid(errRunAtInvalid, "run-at %s is the zero time or outside years 1 to 9999", r.RunAt)
 		}
 	}
 	if r.IdempotencyKey != "" {
 		switch k := r.IdempotencyKey; validate.Text(k, runledger.MaxKeyBytes) {
 		case validate.Blank:
-			return invalid(errIdempotencyKeyInvalid, "idempotency key is blank")
+			return validate.Invalid(errIdempotencyKeyInvalid, "idempotency key is blank")
 		case validate.Unclean:
-			return invalid(errIdempotencyKeyInvalid, "idempotency key holds a NUL byte or invalid UTF-8")
+			return validate.Invalid(errIdempotencyKeyInvalid, "idempotency key holds a NUL byte or invalid UTF-8")
 		case validate.TooLong:
-			return invalid(errIdempotencyKeyInvalid, "idempotency key must be at most %d bytes, got %d", runledger.MaxKeyBytes, len(k))
+			return validate.Invalid(errIdempotencyKeyInvalid, "idempotency key must be at most %d bytes, got %d", runledger.MaxKeyBytes, len(k))
 		}
 	}
 	if r.ExecutionResourceKey != "" {
-		if err := validate.ExecutionResourceKey(r.ExecutionResourceKey); err != nil {
-			return err
+		if k := r.ExecutionResourceKey; validate.Text(k, runledger.MaxKeyBytes) != validate.OK {
+			return errResourceKeyInvalid.Newf(
+				"execution resource key is blank, holds NUL or invalid UTF-8, or is %d bytes long", len(k))
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 func TestEnqueueWritesPendingJobAndEnqueuedEvent(t *testing.T) {
@@ -377,7 +378,7 @@ func TestEnqueueKeyedExistingLocksJobForNoKeyUpdate(t *testing.T) {
 		t.Fatal("existing job is locked against KEY SHARE: stronger than FOR NO KEY UPDATE")
 	}
 	// Claims pass it by while the transaction lasts.
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{}); len(got) != 0 {
 		t.Fatalf("claimed %v while the keyed retry held it", testdb.IDs(got))
 	}
 	if err := tx.Rollback(ctx); err != nil {

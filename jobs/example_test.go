@@ -14,8 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // Example shows the life of a job: define its type, enqueue it, lease it
@@ -57,13 +59,13 @@ func exampleFlow(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	}
 	fmt.Fprintln(out, enq.Disposition, again.Disposition, again.Job.ID == enq.Job.ID)
 
-	leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "worker-a", Limit: 10, Lease: 30 * time.Second})
+	leased, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "worker-a", Limit: 10, Lease: 30 * time.Second})
 	if err != nil {
 		return err
 	}
 	for _, j := range leased {
 		fmt.Fprintln(out, j.JobType, j.Status, "attempt", j.Attempt)
-		done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{
+		done, err := lease.Complete(ctx, pool, lease.CompleteRequest{
 			JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: "worker-a",
 			Output: json.RawMessage(`{"sent":true}`),
 		})
@@ -72,7 +74,7 @@ func exampleFlow(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 		}
 		fmt.Fprintln(out, done.Status, string(done.Output))
 	}
-	events, err := jobs.Events(ctx, pool, runledger.Global(), enq.Job.ID)
+	events, err := inspect.Events(ctx, pool, runledger.Global(), enq.Job.ID)
 	if err != nil {
 		return err
 	}
@@ -80,21 +82,6 @@ func exampleFlow(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 		fmt.Fprintln(out, e.EventType)
 	}
 	return nil
-}
-
-// ExampleBackoff prints the default retry delays: they double from one
-// second and stop growing at an hour.
-func ExampleBackoff() {
-	for _, attempt := range []int32{1, 2, 3, 12, 13, 50} {
-		fmt.Println(attempt, jobs.Backoff(attempt))
-	}
-	// Output:
-	// 1 1s
-	// 2 2s
-	// 3 4s
-	// 12 34m8s
-	// 13 1h0m0s
-	// 50 1h0m0s
 }
 
 func TestExampleFlow(t *testing.T) {

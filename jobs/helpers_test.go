@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -30,7 +31,7 @@ func setup(t *testing.T) (context.Context, *pgxpool.Pool) {
 // leased.
 func claimOnly(t *testing.T, ctx context.Context, pool *pgxpool.Pool, want uuid.UUID) runledger.Job {
 	t.Helper()
-	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{})
+	got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{})
 	if len(got) != 1 || got[0].ID != want {
 		t.Fatalf("claimed %v, want only %s", testdb.IDs(got), want)
 	}
@@ -50,13 +51,4 @@ func lastEvent(t *testing.T, ctx context.Context, q jobs.Querier, id uuid.UUID) 
 		t.Fatalf("decode event payload %s: %v", raw, err)
 	}
 	return typ, attempt, payload, occurred
-}
-
-// approx reports whether d is within tol of want.
-func approx(d, want, tol time.Duration) bool {
-	diff := d - want
-	if diff < 0 {
-		diff = -diff
-	}
-	return diff <= tol
 }

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // TestLongestJobTypeFitsEveryIndex: a job type of MaxJobTypeBytes, keyed
@@ -16,7 +18,7 @@ import (
 func TestLongestJobTypeFitsEveryIndex(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	jobType := strings.Repeat("t", jobs.MaxJobTypeBytes)
+	jobType := strings.Repeat("t", runledger.MaxJobTypeBytes)
 	if _, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: jobType}); err != nil {
 		t.Fatal(err)
 	}
@@ -26,11 +28,11 @@ func TestLongestJobTypeFitsEveryIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", JobTypes: []string{jobType}, Limit: 1, Lease: time.Minute})
+	claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", JobTypes: []string{jobType}, Limit: 1, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 || claimed[0].ID != res.Job.ID {
 		t.Fatalf("claim = %v, %v", claimed, err)
 	}
-	if got, err := jobs.Get(ctx, pool, runledger.Global(), res.Job.ID); err != nil || got.JobType != jobType {
+	if got, err := inspect.Get(ctx, pool, runledger.Global(), res.Job.ID); err != nil || got.JobType != jobType {
 		t.Fatalf("get = %v, %v", got.JobType, err)
 	}
 }

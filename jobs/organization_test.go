@@ -8,8 +8,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // organization_id stores the global scope as the nil UUID, so
@@ -19,7 +21,7 @@ func TestNilOrganizationIsRefusedEverywhere(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	leased := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
-	before := jobState(t, ctx, pool, leased.ID)
+	before := testdb.JobState(t, ctx, pool, leased.ID)
 	jobsBefore := testdb.Count(t, pool, "job_queue")
 	nilOrg := runledger.Organization(uuid.Nil)
 	calls := map[string]func(context.Context) error{
@@ -31,21 +33,21 @@ func TestNilOrganizationIsRefusedEverywhere(t *testing.T) {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{Scope: nilOrg, JobType: "email", IdempotencyKey: "k"})
 			return err
 		},
-		"Get": func(ctx context.Context) error { _, err := jobs.Get(ctx, pool, nilOrg, leased.ID); return err },
+		"Get": func(ctx context.Context) error { _, err := inspect.Get(ctx, pool, nilOrg, leased.ID); return err },
 		"Events": func(ctx context.Context) error {
-			_, err := jobs.Events(ctx, pool, nilOrg, leased.ID)
+			_, err := inspect.Events(ctx, pool, nilOrg, leased.ID)
 			return err
 		},
 		"NewestEvents": func(ctx context.Context) error {
-			_, err := jobs.NewestEvents(ctx, pool, nilOrg, leased.ID, 5)
+			_, err := inspect.NewestEvents(ctx, pool, nilOrg, leased.ID, 5)
 			return err
 		},
 		"List": func(ctx context.Context) error {
-			_, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: nilOrg, Limit: 5})
+			_, err := inspect.List(ctx, pool, inspect.ListRequest{Scope: nilOrg, Limit: 5})
 			return err
 		},
 		"GetDetail": func(ctx context.Context) error {
-			_, err := jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: nilOrg, JobID: leased.ID})
+			_, err := inspect.GetDetail(ctx, pool, inspect.DetailRequest{Scope: nilOrg, JobID: leased.ID})
 			return err
 		},
 		"Cancel": func(ctx context.Context) error {
@@ -59,28 +61,28 @@ func TestNilOrganizationIsRefusedEverywhere(t *testing.T) {
 		"Complete": func(ctx context.Context) error {
 			req := testdb.CompleteRequest(leased)
 			req.Scope = &nilOrg
-			_, err := jobs.Complete(ctx, pool, req)
+			_, err := lease.Complete(ctx, pool, req)
 			return err
 		},
 		"CompleteMany": func(ctx context.Context) error {
 			req := testdb.CompleteRequest(leased)
 			req.Scope = &nilOrg
-			_, err := jobs.CompleteMany(ctx, pool, []jobs.CompleteRequest{req})
+			_, err := lease.CompleteMany(ctx, pool, []lease.CompleteRequest{req})
 			return err
 		},
 		"Fail": func(ctx context.Context) error {
 			req := testdb.FailRequest(leased)
 			req.Scope = &nilOrg
-			_, err := jobs.Fail(ctx, pool, req)
+			_, err := lease.Fail(ctx, pool, req)
 			return err
 		},
 		"Heartbeat": func(ctx context.Context) error {
-			_, err := jobs.Heartbeat(ctx, pool, jobs.HeartbeatRequest{Scope: &nilOrg, JobID: leased.ID, RunNumber: leased.RunNumber,
+			_, err := lease.Heartbeat(ctx, pool, lease.HeartbeatRequest{Scope: &nilOrg, JobID: leased.ID, RunNumber: leased.RunNumber,
 				Attempt: leased.Attempt, WorkerID: *leased.WorkerID, Lease: time.Minute})
 			return err
 		},
 		"Release": func(ctx context.Context) error {
-			_, err := jobs.Release(ctx, pool, []jobs.ReleaseRequest{{Scope: &nilOrg, JobID: leased.ID, RunNumber: leased.RunNumber,
+			_, err := lease.Release(ctx, pool, []lease.ReleaseRequest{{Scope: &nilOrg, JobID: leased.ID, RunNumber: leased.RunNumber,
 				Attempt: leased.Attempt, WorkerID: *leased.WorkerID}})
 			return err
 		},
@@ -91,7 +93,7 @@ func TestNilOrganizationIsRefusedEverywhere(t *testing.T) {
 			t.Fatalf("%s: category %s, want validation", name, e.Category)
 		}
 	}
-	if after := jobState(t, ctx, pool, leased.ID); after != before {
+	if after := testdb.JobState(t, ctx, pool, leased.ID); after != before {
 		t.Fatalf("a refused call changed the job:\n before %s\n after  %s", before, after)
 	}
 	if n := testdb.Count(t, pool, "job_queue"); n != jobsBefore {

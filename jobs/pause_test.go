@@ -8,6 +8,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // A paused type's jobs stay PENDING through claims (of every type, and of
@@ -36,10 +37,10 @@ func TestPauseTypeStopsClaimsAndResumeRunsWhatQueued(t *testing.T) {
 	if !def.Paused || def.JobType != "email" {
 		t.Fatalf("paused definition %+v", def)
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 1 || got[0].ID != sms {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10}); len(got) != 1 || got[0].ID != sms {
 		t.Fatalf("claim while email is paused got %v, want only the sms job %s", testdb.IDs(got), sms)
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10, JobTypes: []string{"email"}}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10, JobTypes: []string{"email"}}); len(got) != 0 {
 		t.Fatalf("claim of the paused type got %v", testdb.IDs(got))
 	}
 	// Enqueues are still accepted, single and bulk.
@@ -67,7 +68,7 @@ func TestPauseTypeStopsClaimsAndResumeRunsWhatQueued(t *testing.T) {
 	}
 	var got []uuid.UUID
 	for len(got) < len(emails) {
-		c := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+		c := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 1})
 		if len(c) != 1 {
 			t.Fatalf("after resume claimed %v, then nothing; want %v", got, emails)
 		}

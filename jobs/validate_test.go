@@ -28,42 +28,6 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}
 	}
-	okClaim := jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Second}
-	claimWith := func(f func(*jobs.ClaimRequest)) func() error {
-		r := okClaim
-		f(&r)
-		return func() error {
-			_, err := jobs.Claim(ctx, pool, r)
-			if _, errTx := jobs.ClaimTx(ctx, nil, r); runledger.CodeOf(errTx) != runledger.CodeOf(err) {
-				t.Errorf("ClaimTx code %q, Claim code %q", runledger.CodeOf(errTx), runledger.CodeOf(err))
-			}
-			return err
-		}
-	}
-	okComplete := jobs.CompleteRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"}
-	completeWith := func(f func(*jobs.CompleteRequest)) func() error {
-		r := okComplete
-		f(&r)
-		return func() error {
-			_, err := jobs.Complete(ctx, pool, r)
-			if _, errTx := jobs.CompleteTx(ctx, nil, r); runledger.CodeOf(errTx) != runledger.CodeOf(err) {
-				t.Errorf("CompleteTx code %q, Complete code %q", runledger.CodeOf(errTx), runledger.CodeOf(err))
-			}
-			return err
-		}
-	}
-	okFail := jobs.FailRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"}
-	failWith := func(f func(*jobs.FailRequest)) func() error {
-		r := okFail
-		f(&r)
-		return func() error {
-			_, err := jobs.Fail(ctx, pool, r)
-			if _, errTx := jobs.FailTx(ctx, nil, r); runledger.CodeOf(errTx) != runledger.CodeOf(err) {
-				t.Errorf("FailTx code %q, Fail code %q", runledger.CodeOf(errTx), runledger.CodeOf(err))
-			}
-			return err
-		}
-	}
 	tooLongKey := strings.Repeat("k", runledger.MaxKeyBytes+1)
 
 	cases := []struct {
@@ -88,7 +52,6 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}, "job.timeout_invalid"},
 		{"get definition blank", func() error { _, err := jobs.GetDefinition(ctx, pool, ""); return err }, "job.job_type_blank"},
-
 		{"enqueue type blank", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = "  " })), "job.job_type_blank"},
 		{"enqueue type invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = "\xff" })), "job.job_type_invalid"},
 		{"payload not JSON", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = json.RawMessage(`{"a":`) })), "job.payload_invalid"},
@@ -111,27 +74,6 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 		{"resource key blank", enq(with(func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = "\u2028" })), invalidResourceKey},
 		{"resource key too long", enq(with(func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = tooLongKey })), invalidResourceKey},
 		{"resource key invalid UTF-8", enq(with(func(r *jobs.EnqueueRequest) { r.ExecutionResourceKey = "k\xff" })), invalidResourceKey},
-
-		{"claim worker blank", claimWith(func(r *jobs.ClaimRequest) { r.WorkerID = " " }), "job.worker_id_blank"},
-		{"claim worker NUL", claimWith(func(r *jobs.ClaimRequest) { r.WorkerID = "w\x00" }), "job.worker_id_invalid"},
-		{"claim type blank", claimWith(func(r *jobs.ClaimRequest) { r.JobTypes = []string{"email", ""} }), "job.job_type_blank"},
-		{"claim limit zero", claimWith(func(r *jobs.ClaimRequest) { r.Limit = 0 }), "job.claim_limit_invalid"},
-		{"claim limit too big", claimWith(func(r *jobs.ClaimRequest) { r.Limit = jobs.MaxLimit + 1 }), "job.claim_limit_invalid"},
-		{"claim lease zero", claimWith(func(r *jobs.ClaimRequest) { r.Lease = 0 }), "job.lease_duration_invalid"},
-		{"claim lease negative", claimWith(func(r *jobs.ClaimRequest) { r.Lease = -time.Second }), "job.lease_duration_invalid"},
-
-		{"complete worker blank", completeWith(func(r *jobs.CompleteRequest) { r.WorkerID = "" }), "job.worker_id_blank"},
-		{"complete output", completeWith(func(r *jobs.CompleteRequest) { r.Output = json.RawMessage(`nope`) }), "job.output_invalid"},
-		{"complete progress negative", completeWith(func(r *jobs.CompleteRequest) { r.ProgressDone = testdb.Ptr[int64](-1) }), "job.progress_invalid"},
-		{"complete progress over total", completeWith(func(r *jobs.CompleteRequest) {
-			r.ProgressDone, r.ProgressTotal = testdb.Ptr[int64](5), testdb.Ptr[int64](4)
-		}), "job.progress_invalid"},
-
-		{"fail worker blank", failWith(func(r *jobs.FailRequest) { r.WorkerID = "\n" }), "job.worker_id_blank"},
-		{"fail error code NUL", failWith(func(r *jobs.FailRequest) { r.ErrorCode = "\x00" }), "job.failure_invalid"},
-		{"fail message invalid UTF-8", failWith(func(r *jobs.FailRequest) { r.ErrorMessage = "\xfe" }), "job.failure_invalid"},
-		{"fail retry delay negative", failWith(func(r *jobs.FailRequest) { r.RetryDelay = testdb.Ptr(-time.Millisecond) }), "job.retry_delay_invalid"},
-
 		{"cancel reason NUL", func() error {
 			_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: uuid.New(), Reason: "\x00"})
 			return err
@@ -140,42 +82,6 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			_, err := jobs.CancelTx(ctx, nil, jobs.CancelRequest{JobID: uuid.New(), Reason: "\xff"})
 			return err
 		}, "job.cancel_reason_invalid"},
-
-		{"recover limit zero", func() error { _, err := jobs.RecoverExpiredLeases(ctx, pool, 0); return err }, "job.recover_limit_invalid"},
-		{"recover tx limit too big", func() error { _, err := jobs.RecoverExpiredLeasesTx(ctx, nil, 1001); return err }, "job.recover_limit_invalid"},
-
-		{"newest events limit", func() error {
-			_, err := jobs.NewestEvents(ctx, pool, runledger.Global(), uuid.New(), 0)
-			return err
-		}, "job.event_limit_invalid"},
-		{"recent events limit", func() error {
-			_, err := jobs.RecentEventsByType(ctx, pool, runledger.JobEventLeased, time.Now(), 1001)
-			return err
-		}, "job.event_limit_invalid"},
-		{"recent events type", func() error {
-			_, err := jobs.RecentEventsByType(ctx, pool, "leased", time.Now(), 10)
-			return err
-		}, "job.event_filter_invalid"},
-
-		{"list limit", func() error { _, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 0}); return err }, "job.list_limit_invalid"},
-		{"list status unknown", func() error {
-			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatus("DONE"))})
-			return err
-		}, "job.list_filter_invalid"},
-		{"list status with cursor", func() error {
-			_, err := jobs.List(ctx, pool, jobs.ListRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatusPending), Before: &jobs.Cursor{}})
-			return err
-		}, "job.list_filter_invalid"},
-		{"list all limit", func() error { _, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1001}); return err }, "job.list_limit_invalid"},
-		{"list all type without status", func() error {
-			_, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1, JobType: "email"})
-			return err
-		}, "job.list_filter_invalid"},
-		{"list all status without type", func() error {
-			_, err := jobs.ListAll(ctx, pool, jobs.ListAllRequest{Limit: 1, Status: testdb.Ptr(runledger.JobStatusPending)})
-			return err
-		}, "job.list_filter_invalid"},
-
 		{"workflow type blank", func() error {
 			_, err := jobs.EnqueueWorkflowStep(ctx, pool, jobs.WorkflowStepRequest{WorkflowType: " ", StepKey: "s", Job: ok})
 			return err
@@ -195,16 +101,13 @@ func TestValidationFailsBeforeAnyDatabaseWork(t *testing.T) {
 			return err
 		}, "job.payload_invalid"},
 		{"definition type too long", func() error {
-			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: strings.Repeat("t", jobs.MaxJobTypeBytes+1)})
+			_, err := jobs.UpsertDefinition(ctx, pool, jobs.DefinitionInput{JobType: strings.Repeat("t", runledger.MaxJobTypeBytes+1)})
 			return err
 		}, "job.job_type_too_long"},
 		{"enqueue type 9000 bytes", enq(with(func(r *jobs.EnqueueRequest) { r.JobType = strings.Repeat("t", 9000) })), "job.job_type_too_long"},
-		{"claim type filter too long", claimWith(func(r *jobs.ClaimRequest) { r.JobTypes = []string{strings.Repeat("é", 128)} }), "job.job_type_too_long"},
-		{"payload over the default limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = jsonString(jobs.DefaultMaxJSONBytes + 1) })), "job.payload_too_large"},
-		{"payload over its own limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = jsonString(11), 10 })), "job.payload_too_large"},
+		{"payload over the default limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload = testdb.JSONString(runledger.DefaultMaxJSONBytes + 1) })), "job.payload_too_large"},
+		{"payload over its own limit", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = testdb.JSONString(11), 10 })), "job.payload_too_large"},
 		{"payload too large wins over invalid", enq(with(func(r *jobs.EnqueueRequest) { r.Payload, r.MaxPayloadBytes = json.RawMessage(`{"a":`), 4 })), "job.payload_too_large"},
-		{"complete output over the default limit", completeWith(func(r *jobs.CompleteRequest) { r.Output = jsonString(jobs.DefaultMaxJSONBytes + 1) }), "job.output_too_large"},
-		{"complete output over its own limit", completeWith(func(r *jobs.CompleteRequest) { r.Output, r.MaxOutputBytes = jsonString(3), 2 }), "job.output_too_large"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -236,33 +139,14 @@ func TestValidationAcceptsBoundaryValues(t *testing.T) {
 		{JobType: "email", RunAt: testdb.Ptr(time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC))},
 	}
 	reqs = append(reqs,
-		jobs.EnqueueRequest{JobType: strings.Repeat("é", jobs.MaxJobTypeBytes/2) + "e"},
-		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(jobs.DefaultMaxJSONBytes)},
-		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(jobs.DefaultMaxJSONBytes + 1), MaxPayloadBytes: 2 * jobs.DefaultMaxJSONBytes},
-		jobs.EnqueueRequest{JobType: "email", Payload: jsonString(10), MaxPayloadBytes: 10},
+		jobs.EnqueueRequest{JobType: strings.Repeat("é", runledger.MaxJobTypeBytes/2) + "e"},
+		jobs.EnqueueRequest{JobType: "email", Payload: testdb.JSONString(runledger.DefaultMaxJSONBytes)},
+		jobs.EnqueueRequest{JobType: "email", Payload: testdb.JSONString(runledger.DefaultMaxJSONBytes + 1), MaxPayloadBytes: 2 * runledger.DefaultMaxJSONBytes},
+		jobs.EnqueueRequest{JobType: "email", Payload: testdb.JSONString(10), MaxPayloadBytes: 10},
 	)
-	for _, out := range []jobs.CompleteRequest{
-		{WorkerID: "w", Output: jsonString(jobs.DefaultMaxJSONBytes)},
-		{WorkerID: "w", Output: jsonString(5), MaxOutputBytes: 5},
-	} {
-		if err := out.Validate(); err != nil {
-			t.Errorf("output of %d bytes: %v", len(out.Output), err)
-		}
-	}
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
 			t.Errorf("request %d: %v", i, err)
 		}
 	}
-	if err := (jobs.ClaimRequest{WorkerID: "w", Limit: jobs.MaxLimit, Lease: time.Microsecond}).Validate(); err != nil {
-		t.Error(err)
-	}
-	if err := (jobs.FailRequest{WorkerID: "w", RetryDelay: testdb.Ptr(time.Duration(0))}).Validate(); err != nil {
-		t.Error(err)
-	}
-}
-
-// jsonString returns a JSON string value exactly n bytes long (n >= 2).
-func jsonString(n int) json.RawMessage {
-	return json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
 }

@@ -36,13 +36,13 @@ type WorkflowStepRequest struct {
 // (EnqueueRequest.Validate).
 func (r WorkflowStepRequest) Validate() error {
 	if validate.Text(r.WorkflowType, 0) != validate.OK {
-		return invalid(errWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
+		return validate.Invalid(errWorkflowTypeInvalid, "workflow type is blank or holds a NUL byte or invalid UTF-8")
 	}
 	if validate.Text(r.StepKey, 0) != validate.OK {
-		return invalid(errWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
+		return validate.Invalid(errWorkflowStepKeyInvalid, "workflow step key is blank or holds a NUL byte or invalid UTF-8")
 	}
 	if r.Job.IdempotencyKey != "" || r.Job.JobID != uuid.Nil {
-		return invalid(errWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed, with a fresh id")
+		return validate.Invalid(errWorkflowStepJobKeyed, "workflow step jobs are enqueued unkeyed, with a fresh id")
 	}
 	return r.Job.Validate()
 }
@@ -75,7 +75,7 @@ func EnqueueWorkflowStep(ctx context.Context, pool *pgxpool.Pool, req WorkflowSt
 // transaction, which it never commits or rolls back. Any isolation level
 // works (the job is unkeyed).
 func EnqueueWorkflowStepTx(ctx context.Context, tx pgx.Tx, req WorkflowStepRequest) (WorkflowStepJob, error) {
-	return validated(ctx, tx, req, enqueueWorkflowStep)
+	return txn.Validated(ctx, tx, req, enqueueWorkflowStep)
 }
 
 func enqueueWorkflowStep(ctx context.Context, tx db.DBTX, req WorkflowStepRequest) (WorkflowStepJob, error) {

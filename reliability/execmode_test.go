@@ -13,8 +13,10 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/health"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 	"github.com/runledger-go/runledger/requeue"
 )
@@ -102,35 +104,35 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 			}
 
 			// Claim all six, then finish them every way.
-			leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w-" + testdb.RandomHex(4), JobTypes: []string{jobType}, Limit: 10, Lease: time.Minute})
+			leased, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w-" + testdb.RandomHex(4), JobTypes: []string{jobType}, Limit: 10, Lease: time.Minute})
 			if err != nil || len(leased) != 6 {
 				t.Fatalf("claim: %d jobs, %v", len(leased), err)
 			}
 			// Heartbeats: one with progress and a checkpoint, then all six.
-			hb := jobs.HeartbeatRequest{JobID: leased[0].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[0].WorkerID, Lease: time.Minute,
+			hb := lease.HeartbeatRequest{JobID: leased[0].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[0].WorkerID, Lease: time.Minute,
 				ProgressDone: testdb.Ptr[int64](1), ProgressTotal: testdb.Ptr[int64](3), Checkpoint: json.RawMessage(`{"page":1}`)}
-			if r, err := jobs.Heartbeat(ctx, pool, hb); err != nil || !r.Recorded {
+			if r, err := lease.Heartbeat(ctx, pool, hb); err != nil || !r.Recorded {
 				t.Fatalf("heartbeat: %+v, %v", r, err)
 			}
-			var beats []jobs.HeartbeatRequest
+			var beats []lease.HeartbeatRequest
 			for _, l := range leased {
-				beats = append(beats, jobs.HeartbeatRequest{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID, Lease: time.Minute})
+				beats = append(beats, lease.HeartbeatRequest{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID, Lease: time.Minute})
 			}
-			if rs, err := jobs.HeartbeatMany(ctx, pool, beats); err != nil || len(rs) != 6 || rs[5].Err != nil {
+			if rs, err := lease.HeartbeatMany(ctx, pool, beats); err != nil || len(rs) != 6 || rs[5].Err != nil {
 				t.Fatalf("heartbeat many: %+v, %v", rs, err)
 			}
 			extra := enqueue(jobs.EnqueueRequest{}, true).Job
-			held, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w-release", JobTypes: []string{jobType}, Limit: 1, Lease: time.Minute})
+			held, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w-release", JobTypes: []string{jobType}, Limit: 1, Lease: time.Minute})
 			if err != nil || len(held) != 1 || held[0].ID != extra.ID {
 				t.Fatalf("claim one: %+v, %v", held, err)
 			}
-			if rs, err := jobs.Release(ctx, pool, []jobs.ReleaseRequest{{JobID: extra.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-release"}}); err != nil || rs[0].Err != nil {
+			if rs, err := lease.Release(ctx, pool, []lease.ReleaseRequest{{JobID: extra.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-release"}}); err != nil || rs[0].Err != nil {
 				t.Fatalf("release: %+v, %v", rs, err)
 			}
 			if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: org, JobID: extra.ID}); err != nil {
 				t.Fatalf("cancel the released job: %v", err)
 			}
-			done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{
+			done, err := lease.Complete(ctx, pool, lease.CompleteRequest{
 				JobID: leased[0].ID, RunNumber: leased[0].RunNumber, Attempt: leased[0].Attempt, WorkerID: *leased[0].WorkerID,
 				Output: json.RawMessage(`{"sent":true}`), ProgressDone: testdb.Ptr[int64](3), ProgressTotal: testdb.Ptr[int64](3),
 			})
@@ -140,17 +142,17 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 			testdb.JSONEqual(t, "output", done.Output, `{"sent":true}`)
 			scope := org
 			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := jobs.CompleteTx(ctx, tx, jobs.CompleteRequest{Scope: &scope,
+				_, err := lease.CompleteTx(ctx, tx, lease.CompleteRequest{Scope: &scope,
 					JobID: leased[1].ID, RunNumber: leased[1].RunNumber, Attempt: leased[1].Attempt, WorkerID: *leased[1].WorkerID})
 				return err
 			})
 			if err != nil {
 				t.Fatalf("complete in a transaction: %v", err)
 			}
-			if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(leased[0])); !errors.Is(err, runledger.CodeLeaseMismatch) {
+			if _, err := lease.Complete(ctx, pool, testdb.CompleteRequest(leased[0])); !errors.Is(err, runledger.CodeLeaseMismatch) {
 				t.Fatalf("second complete: %v", err)
 			}
-			failed, err := jobs.Fail(ctx, pool, jobs.FailRequest{
+			failed, err := lease.Fail(ctx, pool, lease.FailRequest{
 				JobID: leased[2].ID, RunNumber: leased[2].RunNumber, Attempt: leased[2].Attempt, WorkerID: *leased[2].WorkerID,
 				ErrorCode: "smtp.down", ErrorMessage: "the relay refused", RetryDelay: testdb.Ptr(time.Hour),
 			})
@@ -158,7 +160,7 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 				t.Fatalf("fail: %+v %v", failed, err)
 			}
 			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := jobs.FailTx(ctx, tx, jobs.FailRequest{JobID: leased[3].ID, RunNumber: leased[3].RunNumber,
+				_, err := lease.FailTx(ctx, tx, lease.FailRequest{JobID: leased[3].ID, RunNumber: leased[3].RunNumber,
 					Attempt: leased[3].Attempt, WorkerID: *leased[3].WorkerID, Terminal: true})
 				return err
 			})
@@ -172,21 +174,21 @@ func TestEveryExecModeWholeAPI(t *testing.T) {
 				t.Fatalf("second cancel: %v", err)
 			}
 			testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, leased[5].ID)
-			if rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec) != 1 {
+			if rec, err := lease.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec) != 1 {
 				t.Fatalf("recover: %d jobs, %v", len(rec), err)
 			}
 
 			// Reads.
-			if _, err := jobs.Get(ctx, pool, org, done.ID); err != nil {
+			if _, err := inspect.Get(ctx, pool, org, done.ID); err != nil {
 				t.Fatalf("get: %v", err)
 			}
-			if evs, err := jobs.Events(ctx, pool, org, done.ID); err != nil || len(evs) != 4 {
+			if evs, err := inspect.Events(ctx, pool, org, done.ID); err != nil || len(evs) != 4 {
 				t.Fatalf("events: %d, %v", len(evs), err)
 			}
-			if page, err := jobs.List(ctx, pool, jobs.ListRequest{Scope: org, Limit: 100}); err != nil || len(page.Jobs) != 7 {
+			if page, err := inspect.List(ctx, pool, inspect.ListRequest{Scope: org, Limit: 100}); err != nil || len(page.Jobs) != 7 {
 				t.Fatalf("list: %d, %v", len(page.Jobs), err)
 			}
-			if _, err := jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: org, JobID: done.ID}); err != nil {
+			if _, err := inspect.GetDetail(ctx, pool, inspect.DetailRequest{Scope: org, JobID: done.ID}); err != nil {
 				t.Fatalf("detail: %v", err)
 			}
 

@@ -21,7 +21,7 @@ import (
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -95,7 +95,7 @@ func (e *env) proxied(observe func(pgproxy.Message)) (*pgproxy.Proxy, *pgxpool.P
 // never the one lost.
 func armLostWorkerWrite(t *testing.T, ctx context.Context, proxy *pgproxy.Proxy, pool *pgxpool.Pool) {
 	t.Helper()
-	if _, err := jobs.RecoverExpiredLeases(ctx, pool, 1); err != nil {
+	if _, err := lease.RecoverExpiredLeases(ctx, pool, 1); err != nil {
 		t.Fatalf("learn whether the database runs Citus: %v", err)
 	}
 	if testdb.Citus() {

@@ -16,6 +16,7 @@ import (
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 	"github.com/runledger-go/runledger/internal/wake"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -366,7 +367,7 @@ func checkOneKeyedJob(t testing.TB, q testdb.Querier, id uuid.UUID, key string) 
 
 // leasedJob enqueues and claims one job through the admin pool and returns
 // the request that completes it.
-func leasedJob(t *testing.T, ctx context.Context, e *env) jobs.CompleteRequest {
+func leasedJob(t *testing.T, ctx context.Context, e *env) lease.CompleteRequest {
 	t.Helper()
 	testdb.DefineType(t, e.admin, "email")
 	cr := testdb.CompleteRequest(testdb.Leased(t, ctx, e.admin, jobs.EnqueueRequest{}))
@@ -374,7 +375,7 @@ func leasedJob(t *testing.T, ctx context.Context, e *env) jobs.CompleteRequest {
 	return cr
 }
 
-// TestCompleteKilled kills jobs.Complete, a single statement on the pool,
+// TestCompleteKilled kills lease.Complete, a single statement on the pool,
 // while it waits for the job's row lock and while its (implicit) COMMIT
 // waits, and loses the reply of a completion that landed. A killed
 // backend reports its termination (57P01) before the statement committed:
@@ -412,7 +413,7 @@ func TestCompleteKilled(t *testing.T) {
 			if c.lostReply {
 				proxy, pool, _ := e.proxied(nil)
 				armLostWorkerWrite(t, ctx, proxy, pool)
-				_, err = jobs.Complete(ctx, pool, cr)
+				_, err = lease.Complete(ctx, pool, cr)
 				if proxy.Dropped() != 1 {
 					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
 				}
@@ -420,7 +421,7 @@ func TestCompleteKilled(t *testing.T) {
 				// It landed: completed once. The retry says so as a lease
 				// mismatch and writes nothing.
 				checkCompletedOnce(t, e.admin, cr.JobID)
-				_, err = jobs.Complete(ctx, e.admin, cr)
+				_, err = lease.Complete(ctx, e.admin, cr)
 				if !errors.Is(err, runledger.CodeLeaseMismatch) {
 					t.Fatalf("retry after a landed completion: %v, want lease mismatch", err)
 				}
@@ -432,7 +433,7 @@ func TestCompleteKilled(t *testing.T) {
 			release := c.waitOn(e, cr.JobID)
 			done := make(chan error, 1)
 			go func() {
-				_, err := jobs.Complete(ctx, pool, cr)
+				_, err := lease.Complete(ctx, pool, cr)
 				done <- err
 			}()
 			e.kill(e.waitingPID(app, c.lockType))
@@ -441,12 +442,12 @@ func TestCompleteKilled(t *testing.T) {
 			testdb.WantTransient(t, err)
 			checkNothingWritten(t, e.admin, before)
 
-			job, err := jobs.Complete(ctx, pool, cr)
+			job, err := lease.Complete(ctx, pool, cr)
 			if err != nil || job.Status != runledger.JobStatusSucceeded {
 				t.Fatalf("retry: %+v, %v", job, err)
 			}
 			checkCompletedOnce(t, e.admin, cr.JobID)
-			if _, err := jobs.Complete(ctx, pool, cr); !errors.Is(err, runledger.CodeLeaseMismatch) {
+			if _, err := lease.Complete(ctx, pool, cr); !errors.Is(err, runledger.CodeLeaseMismatch) {
 				t.Fatalf("second retry: %v, want lease mismatch", err)
 			}
 			checkCompletedOnce(t, e.admin, cr.JobID)

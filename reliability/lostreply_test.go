@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // A write that commits on its own (an unkeyed enqueue, fail, cancel; see
@@ -39,7 +40,7 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 		{"fail", true, func(ctx context.Context, pool *pgxpool.Pool, j runledger.Job) error {
 			fr := testdb.FailRequest(j)
 			fr.ErrorCode = "smtp.down"
-			_, err := jobs.Fail(ctx, pool, fr)
+			_, err := lease.Fail(ctx, pool, fr)
 			return err
 		}, func(t *testing.T, admin *pgxpool.Pool, j runledger.Job) {
 			if got := testdb.EventTypes(t, admin, j.ID); len(got) != 3 || got[2] != "RETRY_SCHEDULED" {
@@ -90,7 +91,7 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 		proxy.DropReply("SELECT")
 		fr := testdb.FailRequest(leased)
 		fr.Scope = nil
-		_, err := jobs.Fail(ctx, pool, fr)
+		_, err := lease.Fail(ctx, pool, fr)
 		if proxy.Dropped() != 1 {
 			t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
 		}

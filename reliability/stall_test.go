@@ -15,6 +15,7 @@ import (
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/wake"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -102,13 +103,13 @@ func TestStalledServerKeepsTheDeadline(t *testing.T) {
 		// then a claim per tenant): a stall before BEGIN's reply leaves
 		// nothing sent that could commit.
 		{"claim", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
-			_, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
+			_, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
 			return err
 		}},
 		// On Citus the completion is a transaction too (the write, then its
 		// events): the stall meets BEGIN's reply, before anything is sent.
 		{"complete", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
-			_, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(s.leased))
+			_, err := lease.Complete(ctx, pool, testdb.CompleteRequest(s.leased))
 			return err
 		}},
 		{"bulk replay", false, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -189,13 +189,13 @@ func TestStormReplaysRacingWorkers(t *testing.T) {
 			<-start
 			worker := fmt.Sprintf("worker-%d", w)
 			for completed.Load() < stormSize && ctx.Err() == nil {
-				got, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: worker, Limit: 4, Lease: time.Minute})
+				got, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: worker, Limit: 4, Lease: time.Minute})
 				if err != nil {
 					fail(worker+" claim", err)
 					return
 				}
 				for _, j := range got {
-					if _, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber,
+					if _, err := lease.Complete(ctx, pool, lease.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber,
 						Attempt: j.Attempt, WorkerID: worker, Output: []byte(`{"ok":true}`)}); err != nil {
 						fail(worker+" complete", err)
 						return

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
@@ -118,7 +119,7 @@ func TestTenantIsolationMatrix(t *testing.T) {
 	// The ids are real: each scope reads its own jobs.
 	for _, s := range tenants {
 		for _, id := range s.jobIDs() {
-			if j, err := jobs.Get(ctx, caller, s.scope, id); err != nil || j.Scope() != s.scope {
+			if j, err := inspect.Get(ctx, caller, s.scope, id); err != nil || j.Scope() != s.scope {
 				t.Fatalf("%s cannot read its own job %s: %v", s.name, id, err)
 			}
 		}
@@ -133,10 +134,10 @@ func TestTenantIsolationMatrix(t *testing.T) {
 		run  func(tx pgx.Tx, scope runledger.Scope, id uuid.UUID) (any, error)
 	}
 	ops := []op{
-		{"jobs.Get", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { return jobs.Get(ctx, tx, s, id) }},
-		{"jobs.Events", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { return jobs.Events(ctx, tx, s, id) }},
-		{"jobs.NewestEvents", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
-			return jobs.NewestEvents(ctx, tx, s, id, 10)
+		{"inspect.Get", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { return inspect.Get(ctx, tx, s, id) }},
+		{"inspect.Events", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) { return inspect.Events(ctx, tx, s, id) }},
+		{"inspect.NewestEvents", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
+			return inspect.NewestEvents(ctx, tx, s, id, 10)
 		}},
 		{"replay.List", func(tx pgx.Tx, s runledger.Scope, id uuid.UUID) (any, error) {
 			ls, _, err := replay.List(ctx, tx, s, id, replay.LineagePage{})
@@ -222,7 +223,7 @@ func TestTenantIsolationMatrix(t *testing.T) {
 
 	// Listing a scope shows exactly its own jobs.
 	for _, c := range tenants {
-		page, err := jobs.List(ctx, caller, jobs.ListRequest{Scope: c.scope, Limit: jobs.MaxLimit})
+		page, err := inspect.List(ctx, caller, inspect.ListRequest{Scope: c.scope, Limit: runledger.MaxLimit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +242,7 @@ func TestTenantIsolationMatrix(t *testing.T) {
 		}
 		for _, st := range []runledger.JobStatus{runledger.JobStatusSucceeded, runledger.JobStatusPending} {
 			st := st
-			page, err := jobs.List(ctx, caller, jobs.ListRequest{Scope: c.scope, Status: &st, Limit: jobs.MaxLimit})
+			page, err := inspect.List(ctx, caller, inspect.ListRequest{Scope: c.scope, Status: &st, Limit: runledger.MaxLimit})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -110,11 +111,11 @@ func exampleSetup(ctx context.Context) (*pgxpool.Pool, runledger.Job) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
+	leased, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute})
 	if err != nil || len(leased) != 1 {
 		log.Fatal(err)
 	}
-	done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: enq.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w"})
+	done, err := lease.Complete(ctx, pool, lease.CompleteRequest{JobID: enq.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w"})
 	if err != nil {
 		log.Fatal(err)
 	}

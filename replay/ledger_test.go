@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -33,15 +35,15 @@ func runToSuccess(t *testing.T, ctx context.Context, pool *pgxpool.Pool, req job
 // type) and completes it.
 func completeJob(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, output string) runledger.Job {
 	t.Helper()
-	job, err := jobs.Get(ctx, pool, mustScope(t, ctx, pool, id), id)
+	job, err := inspect.Get(ctx, pool, mustScope(t, ctx, pool, id), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "worker-1", JobTypes: []string{job.JobType}, Limit: 10, Lease: time.Minute})
+	claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "worker-1", JobTypes: []string{job.JobType}, Limit: 10, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 || claimed[0].ID != id {
 		t.Fatalf("claim: %v %v, want job %s", claimed, err, id)
 	}
-	done, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: id, RunNumber: claimed[0].RunNumber, Attempt: claimed[0].Attempt,
+	done, err := lease.Complete(ctx, pool, lease.CompleteRequest{JobID: id, RunNumber: claimed[0].RunNumber, Attempt: claimed[0].Attempt,
 		WorkerID: "worker-1", Output: json.RawMessage(output), ProgressDone: testdb.Ptr[int64](8), ProgressTotal: testdb.Ptr[int64](8)})
 	if err != nil {
 		t.Fatalf("complete: %v", err)
@@ -72,7 +74,7 @@ func TestReplayOfAKeyedSourceLeavesTheKeyWithTheSource(t *testing.T) {
 	if after := testdb.Scalar[string](t, pool, sourceSnapshot, source.ID); after != before {
 		t.Fatal("replay changed the source")
 	}
-	replayJob, err := jobs.Get(ctx, pool, source.Scope(), got.Replay.JobID)
+	replayJob, err := inspect.Get(ctx, pool, source.Scope(), got.Replay.JobID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,19 +115,19 @@ func TestReplayKeepsTheSourcesExecutionResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
+	leased, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
 	if err != nil || len(leased) != 1 || leased[0].ID != owner.Job.ID {
 		t.Fatalf("owner claim: %v %v", leased, err)
 	}
 
 	got := testdb.MustReplayed(t)(replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: source.ID, ExpectedRunNumber: 1, Key: "k", Reason: "r"}))
-	if none, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute}); err != nil || len(none) != 0 {
+	if none, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute}); err != nil || len(none) != 0 {
 		t.Fatalf("claimed %v (%v) while the printer is held", none, err)
 	}
-	if _, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: owner.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w"}); err != nil {
+	if _, err := lease.Complete(ctx, pool, lease.CompleteRequest{JobID: owner.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	next, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute})
+	next, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute})
 	if err != nil || len(next) != 1 || next[0].ID != got.Replay.JobID || next[0].ExecutionResourceKey == nil || *next[0].ExecutionResourceKey != "printer-7" {
 		t.Fatalf("after the owner finished: %v %v", next, err)
 	}
@@ -149,13 +151,13 @@ func TestWorkerClaimSkipsAReplayHeldByAnExistingOutcome(t *testing.T) {
 		t.Fatalf("replay held by %v, want %d", holders, pid)
 	}
 	// Workers pass the held replay by instead of waiting.
-	if claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute}); err != nil || len(claimed) != 0 {
+	if claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute}); err != nil || len(claimed) != 0 {
 		t.Fatalf("claimed %v (%v) while an Existing outcome holds the replay", claimed, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
+	claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 || claimed[0].ID != first.Replay.JobID || claimed[0].Status != runledger.JobStatusLeased || claimed[0].RunNumber != 1 {
 		t.Fatalf("after commit: %v %v", claimed, err)
 	}
@@ -174,7 +176,7 @@ func TestConflictingRequestDoesNotKeepWorkersFromTheReplay(t *testing.T) {
 	if !errors.Is(err, runledger.CodeReplayIdempotencyConflict) {
 		t.Fatalf("%v", err)
 	}
-	claimed, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
+	claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 10, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 || claimed[0].ID != first.Replay.JobID {
 		t.Fatalf("claim during the conflicting transaction: %v %v", claimed, err)
 	}
@@ -194,7 +196,7 @@ func TestRetryReportsTheReplaysCurrentStateAfterItRan(t *testing.T) {
 	if again.Disposition != runledger.DispositionExisting || again.Replay.Status != runledger.JobStatusSucceeded || again.Replay.RunNumber != 1 {
 		t.Fatalf("%+v", again)
 	}
-	events, err := jobs.Events(ctx, pool, runledger.Global(), first.Replay.JobID)
+	events, err := inspect.Events(ctx, pool, runledger.Global(), first.Replay.JobID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +213,7 @@ func TestRetryReportsTheReplaysCurrentStateAfterItRan(t *testing.T) {
 		provenance["job_type"] != "sync" || len(provenance) != 5 {
 		t.Fatalf("ENQUEUED provenance %s (%v)", events[0].Payload, err)
 	}
-	if src, err := jobs.Get(ctx, pool, runledger.Global(), source.ID); err != nil || src.Status != runledger.JobStatusSucceeded {
+	if src, err := inspect.Get(ctx, pool, runledger.Global(), source.ID); err != nil || src.Status != runledger.JobStatusSucceeded {
 		t.Fatalf("source after its replay ran: %+v %v", src, err)
 	}
 }

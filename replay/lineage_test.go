@@ -8,6 +8,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -17,7 +18,7 @@ func TestListAndOriginReadLineage(t *testing.T) {
 	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "email"})
 	org := uuid.New()
 	scope := runledger.Organization(org)
-	source, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})))
+	source, err := lease.Complete(ctx, pool, testdb.CompleteRequest(testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{Scope: scope})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestListAndOriginReadLineageInsertedByHand(t *testing.T) {
 	t.Parallel()
 	ctx, pool := testdb.Context(t), testdb.New(t)
 	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "email"})
-	source, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})))
+	source, err := lease.Complete(ctx, pool, testdb.CompleteRequest(testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})))
 	if err != nil {
 		t.Fatal(err)
 	}

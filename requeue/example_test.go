@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/requeue"
 )
 
@@ -71,10 +72,10 @@ func exampleSetup(ctx context.Context) (*pgxpool.Pool, runledger.Job) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if leased, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(leased) != 1 {
+	if leased, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(leased) != 1 {
 		log.Fatal(err)
 	}
-	dead, err := jobs.Fail(ctx, pool, jobs.FailRequest{JobID: enq.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w", ErrorCode: "provider.down"})
+	dead, err := lease.Fail(ctx, pool, lease.FailRequest{JobID: enq.Job.ID, RunNumber: 1, Attempt: 1, WorkerID: "w", ErrorCode: "provider.down"})
 	if err != nil {
 		log.Fatal(err)
 	}

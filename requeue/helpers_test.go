@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/requeue"
 )
 
@@ -28,12 +29,12 @@ func deadLettered(t testing.TB, ctx context.Context, pool *pgxpool.Pool, scope r
 	j := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{Scope: scope, JobType: "charge.capture",
 		Payload: json.RawMessage(`{"charge":"ch_1"}`), MaxAttempts: testdb.Ptr(int32(1))})
 	s := j.Scope()
-	if _, err := jobs.Heartbeat(ctx, pool, jobs.HeartbeatRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt,
+	if _, err := lease.Heartbeat(ctx, pool, lease.HeartbeatRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt,
 		WorkerID: *j.WorkerID, Lease: 30 * time.Second, ProgressDone: testdb.Ptr(int64(3)), ProgressTotal: testdb.Ptr(int64(8)),
 		Checkpoint: json.RawMessage(`{"cursor":3}`)}); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
-	failed, err := jobs.Fail(ctx, pool, testdb.FailRequest(j))
+	failed, err := lease.Fail(ctx, pool, testdb.FailRequest(j))
 	if err != nil {
 		t.Fatalf("Fail: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/requeue"
 )
 
@@ -94,7 +95,7 @@ func TestRequeueDeadLetteredInPlaceAndIdempotently(t *testing.T) {
 	if leased.RunNumber != 2 || leased.Attempt != 1 {
 		t.Fatalf("claimed %+v, want run 2 attempt 1", leased)
 	}
-	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(leased)); err != nil {
+	if _, err := lease.Complete(ctx, pool, testdb.CompleteRequest(leased)); err != nil {
 		t.Fatal(err)
 	}
 	late := mustRequeued(t)(requeue.Job(ctx, pool, request(t, dead, "provider back")))
@@ -215,7 +216,7 @@ func TestKeyedEnqueueThenRequeueDoesNotDeadlock(t *testing.T) {
 	enq := jobs.EnqueueRequest{JobType: "charge.capture", IdempotencyKey: "order-7", MaxAttempts: testdb.Ptr(int32(1))}
 	j := testdb.Enqueue(t, ctx, pool, enq)
 	leased := testdb.LeaseJob(t, ctx, pool, j.ID)
-	dead, err := jobs.Fail(ctx, pool, testdb.FailRequest(leased))
+	dead, err := lease.Fail(ctx, pool, testdb.FailRequest(leased))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestLiveMismatchDoesNotBlockAHeartbeat(t *testing.T) {
 		t.Fatal("the mismatch left the job locked")
 	}
 	s := j.Scope()
-	if _, err := jobs.Heartbeat(ctx, pool, jobs.HeartbeatRequest{Scope: &s, JobID: j.ID, RunNumber: 1, Attempt: 1, WorkerID: *j.WorkerID, Lease: time.Minute}); err != nil {
+	if _, err := lease.Heartbeat(ctx, pool, lease.HeartbeatRequest{Scope: &s, JobID: j.ID, RunNumber: 1, Attempt: 1, WorkerID: *j.WorkerID, Lease: time.Minute}); err != nil {
 		t.Fatalf("heartbeat beside the open transaction: %v", err)
 	}
 }

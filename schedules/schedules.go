@@ -16,7 +16,6 @@ import (
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
-	"github.com/runledger-go/runledger/jobs"
 )
 
 var queries = db.New()
@@ -109,7 +108,7 @@ func (r UpsertRequest) check() (spec, error) {
 	if err != nil {
 		return spec{}, err
 	}
-	if validate.Text(r.JobType, jobs.MaxJobTypeBytes) != validate.OK {
+	if validate.Text(r.JobType, runledger.MaxJobTypeBytes) != validate.OK {
 		return spec{}, errJobType.Newf("job type of %d bytes is blank, unclean or too long", len(r.JobType))
 	}
 	if err := validatePayload(r.Payload); err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/validate"
-	"github.com/runledger-go/runledger/jobs"
 )
 
 // Missed is a schedule's policy for ticks that passed while no firer ran
@@ -248,8 +247,8 @@ func validatePayload(p json.RawMessage) error {
 	if p == nil {
 		return nil
 	}
-	if len(p) > jobs.DefaultMaxJSONBytes {
-		return errPayload.Newf("payload of %d bytes is over %d", len(p), jobs.DefaultMaxJSONBytes)
+	if len(p) > runledger.DefaultMaxJSONBytes {
+		return errPayload.Newf("payload of %d bytes is over %d", len(p), runledger.DefaultMaxJSONBytes)
 	}
 	if err := validate.JSONB(p); err != nil {
 		return errPayload.Newf("payload: %v", err)

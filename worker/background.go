@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runledger-go/runledger/health"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // closeConn closes a connection, bounded by a second.
@@ -64,7 +64,7 @@ func (r *run) beat() {
 		n := min(len(held), maxClaim)
 		batch := held[:n]
 		held = held[n:]
-		reqs := make([]jobs.HeartbeatRequest, n)
+		reqs := make([]lease.HeartbeatRequest, n)
 		versions := make([]int, n)
 		// The round may take until the last of its leases ends: past that
 		// every lease it carries is gone anyway. Without a deadline, a
@@ -76,7 +76,7 @@ func (r *run) beat() {
 			if e.leaseUntil.After(until) {
 				until = e.leaseUntil
 			}
-			reqs[i] = jobs.HeartbeatRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
+			reqs[i] = lease.HeartbeatRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
 				WorkerID: r.cfg.WorkerID, Lease: r.cfg.Lease}
 			if e.dirty {
 				reqs[i].ProgressDone, reqs[i].ProgressTotal, reqs[i].Checkpoint = e.progressDone, e.progressTotal, e.checkpoint
@@ -86,7 +86,7 @@ func (r *run) beat() {
 		}
 		sent := time.Now()
 		ctx, cancel := r.bounded(until)
-		results, err := jobs.HeartbeatMany(ctx, r.pool, reqs)
+		results, err := lease.HeartbeatMany(ctx, r.pool, reqs)
 		cancel()
 		if err != nil {
 			r.log.Warn("runledger worker: heartbeat failed", "worker", r.fp, "leases", n, "err", err)
@@ -131,7 +131,7 @@ func (r *run) loseLease(e *execution, why string) {
 	e.cancel(errLeaseLost)
 }
 
-// listen holds a connection subscribed to jobs.DueChannel until ctx ends
+// listen holds a connection subscribed to lease.DueChannel until ctx ends
 // and wakes the fetcher for every notification of a registered type, and
 // after every (re)connection, to catch up on what it may have missed.
 func (r *run) listen(ctx context.Context) {
@@ -145,7 +145,7 @@ func (r *run) listen(ctx context.Context) {
 			sleep(ctx.Done(), bo.next())
 			continue
 		}
-		if err := jobs.Listen(ctx, conn.Conn()); err != nil {
+		if err := lease.Listen(ctx, conn.Conn()); err != nil {
 			r.log.Warn("runledger worker: LISTEN failed; polling meanwhile", "worker", r.fp, "err", err)
 			closeConn(conn.Conn())
 			conn.Release()
@@ -183,7 +183,7 @@ func (r *run) recoverLeases(ctx context.Context) {
 			// short lease does not starve it): one that waits longer on a
 			// server that stopped answering is given up and tried again.
 			callCtx, cancel := context.WithTimeout(ctx, max(r.cfg.Lease, 5*time.Second))
-			rec, err := jobs.RecoverExpiredLeases(callCtx, r.pool, maxClaim)
+			rec, err := lease.RecoverExpiredLeases(callCtx, r.pool, maxClaim)
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {

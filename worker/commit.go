@@ -13,7 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/inspect"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // Outcome is what became of one attempt.
@@ -36,7 +37,7 @@ const (
 	// whose reply was lost landed.
 	OutcomeLost Outcome = "lost"
 	// OutcomeHandedBack: the shutdown canceled the running handler and the
-	// attempt was handed back without spending it (jobs.Release): the job
+	// attempt was handed back without spending it (lease.Release): the job
 	// is PENDING again, due as it was, at the attempt before.
 	OutcomeHandedBack Outcome = "handed_back"
 )
@@ -135,35 +136,35 @@ func (r *run) flush(batch []*execution) {
 }
 
 // batchOp writes one batch of outcomes.
-type batchOp func(context.Context, []*execution) ([]jobs.Result[runledger.Job], error)
+type batchOp func(context.Context, []*execution) ([]lease.Result[runledger.Job], error)
 
-func (r *run) completeOp(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
-	reqs := make([]jobs.CompleteRequest, len(es))
+func (r *run) completeOp(ctx context.Context, es []*execution) ([]lease.Result[runledger.Job], error) {
+	reqs := make([]lease.CompleteRequest, len(es))
 	for i, e := range es {
 		e.mu.Lock()
-		reqs[i] = jobs.CompleteRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
+		reqs[i] = lease.CompleteRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt,
 			WorkerID: r.cfg.WorkerID, Output: e.output, ProgressDone: e.progressDone, ProgressTotal: e.progressTotal}
 		e.mu.Unlock()
 	}
-	return jobs.CompleteMany(ctx, r.pool, reqs)
+	return lease.CompleteMany(ctx, r.pool, reqs)
 }
 
-func (r *run) failOp(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
-	reqs := make([]jobs.FailRequest, len(es))
+func (r *run) failOp(ctx context.Context, es []*execution) ([]lease.Result[runledger.Job], error) {
+	reqs := make([]lease.FailRequest, len(es))
 	for i, e := range es {
 		f := *e.failure
 		f.Scope, f.JobID, f.RunNumber, f.Attempt, f.WorkerID = &e.scope, e.job.ID, e.job.RunNumber, e.job.Attempt, r.cfg.WorkerID
 		reqs[i] = f
 	}
-	return jobs.FailMany(ctx, r.pool, reqs)
+	return lease.FailMany(ctx, r.pool, reqs)
 }
 
-func (r *run) releaseOp(ctx context.Context, es []*execution) ([]jobs.Result[runledger.Job], error) {
-	reqs := make([]jobs.ReleaseRequest, len(es))
+func (r *run) releaseOp(ctx context.Context, es []*execution) ([]lease.Result[runledger.Job], error) {
+	reqs := make([]lease.ReleaseRequest, len(es))
 	for i, e := range es {
-		reqs[i] = jobs.ReleaseRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt, WorkerID: r.cfg.WorkerID}
+		reqs[i] = lease.ReleaseRequest{Scope: &e.scope, JobID: e.job.ID, RunNumber: e.job.RunNumber, Attempt: e.job.Attempt, WorkerID: r.cfg.WorkerID}
 	}
-	return jobs.Release(ctx, r.pool, reqs)
+	return lease.Release(ctx, r.pool, reqs)
 }
 
 // completionRefused handles a completion the database refused on its own
@@ -428,7 +429,7 @@ func (r *run) resolve(es []*execution) []*execution {
 	defer cancel()
 	var left []*execution
 	for _, e := range es {
-		j, err := jobs.Get(ctx, r.pool, e.scope, e.job.ID)
+		j, err := inspect.Get(ctx, r.pool, e.scope, e.job.ID)
 		switch {
 		case err != nil:
 			left = append(left, e)

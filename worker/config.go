@@ -8,9 +8,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/health"
 	"github.com/runledger-go/runledger/internal/validate"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // The defaults Config's zero fields take.
@@ -25,8 +26,8 @@ const (
 	DefaultRetentionInterval = time.Hour
 )
 
-// maxClaim is the most jobs one claim asks for (jobs.MaxLimit).
-const maxClaim = jobs.MaxLimit
+// maxClaim is the most jobs one claim asks for (runledger.MaxLimit).
+const maxClaim = runledger.MaxLimit
 
 // Config configures a Worker. Every zero field takes its default.
 type Config struct {
@@ -46,7 +47,7 @@ type Config struct {
 	// slots, and a slot is freed once the attempt's outcome is committed.
 	Concurrency int
 	// Lease is the lease each claim and heartbeat asks for (default
-	// DefaultLease, at most jobs.MaxLease). A crashed worker's jobs are
+	// DefaultLease, at most lease.MaxLease). A crashed worker's jobs are
 	// taken back once it runs out and a recovery runs.
 	Lease time.Duration
 	// HeartbeatInterval is how often the worker renews the leases it holds,
@@ -184,8 +185,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Concurrency < 0:
 		return c, fmt.Errorf("%w: Concurrency %d is negative", errConfig, c.Concurrency)
-	case c.Lease < time.Millisecond || c.Lease > jobs.MaxLease:
-		return c, fmt.Errorf("%w: Lease %s is not between 1ms and %s", errConfig, c.Lease, jobs.MaxLease)
+	case c.Lease < time.Millisecond || c.Lease > lease.MaxLease:
+		return c, fmt.Errorf("%w: Lease %s is not between 1ms and %s", errConfig, c.Lease, lease.MaxLease)
 	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.Lease:
 		return c, fmt.Errorf("%w: HeartbeatInterval %s must be positive and shorter than the lease %s", errConfig, c.HeartbeatInterval, c.Lease)
 	case c.PollInterval < 0:

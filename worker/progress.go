@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // errNoJob is returned by SetProgress and SetCheckpoint outside a handler.
@@ -41,7 +41,7 @@ func SetProgress(ctx context.Context, done, total int64) error {
 }
 
 // SetCheckpoint records v (encoded as JSON, at most
-// jobs.DefaultMaxJSONBytes) as the running job's checkpoint, written with
+// runledger.DefaultMaxJSONBytes) as the running job's checkpoint, written with
 // the next heartbeat, or with the attempt's failure when it fails first. A later attempt of the same run finds it in
 // Job.Record.Checkpoint and can resume from it. It fails outside a
 // handler's context, and for a value that does not encode or is too large.
@@ -57,7 +57,7 @@ func SetCheckpoint(ctx context.Context, v any) error {
 			return fmt.Errorf("worker: encode the checkpoint: %w", err)
 		}
 	}
-	if err := (jobs.HeartbeatRequest{WorkerID: "w", Lease: time.Second, Checkpoint: b}).Validate(); err != nil {
+	if err := (lease.HeartbeatRequest{WorkerID: "w", Lease: time.Second, Checkpoint: b}).Validate(); err != nil {
 		return err
 	}
 	e.mu.Lock()

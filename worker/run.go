@@ -18,7 +18,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/failpoint"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // The causes a handler's context is canceled with.
@@ -126,7 +126,7 @@ type execution struct {
 	// on a failed attempt, handBack for an attempt the shutdown canceled
 	// (released without spending it).
 	output   json.RawMessage
-	failure  *jobs.FailRequest
+	failure  *lease.FailRequest
 	handBack bool
 	err      error
 	duration time.Duration
@@ -341,7 +341,7 @@ func (r *run) fetch(stop <-chan struct{}) {
 func (r *run) claim(ctx context.Context, free int) ([]runledger.Job, error) {
 	free = min(free, maxClaim)
 	if len(r.limits) == 0 {
-		return jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
+		return lease.Claim(ctx, r.pool, lease.ClaimRequest{
 			WorkerID: r.cfg.WorkerID, JobTypes: r.types, Limit: free, Lease: r.cfg.Lease,
 		})
 	}
@@ -359,7 +359,7 @@ func (r *run) claim(ctx context.Context, free int) ([]runledger.Job, error) {
 			r.limitHit = true
 			continue
 		}
-		got, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
+		got, err := lease.Claim(ctx, r.pool, lease.ClaimRequest{
 			WorkerID: r.cfg.WorkerID, JobTypes: []string{t}, Limit: n, Lease: r.cfg.Lease,
 		})
 		if err != nil {
@@ -369,7 +369,7 @@ func (r *run) claim(ctx context.Context, free int) ([]runledger.Job, error) {
 		free -= len(got)
 	}
 	if free > 0 && len(r.unlimited) > 0 {
-		got, err := jobs.Claim(ctx, r.pool, jobs.ClaimRequest{
+		got, err := lease.Claim(ctx, r.pool, lease.ClaimRequest{
 			WorkerID: r.cfg.WorkerID, JobTypes: r.unlimited, Limit: free, Lease: r.cfg.Lease,
 		})
 		all = append(all, got...)
@@ -453,7 +453,7 @@ func (r *run) execute(e *execution) {
 	defer e.cancel(nil)
 	ctx := context.WithValue(hctx, execKey{}, e)
 	watchdog := time.AfterFunc(timeout+abandonGrace, func() {
-		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout,
+		r.settle(e, nil, &lease.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout,
 			ErrorMessage: fmt.Sprintf("the handler ran past its timeout of %s and did not return", timeout)}, errTimedOut)
 		r.log.Error("runledger worker: a handler did not return after its timeout; its attempt is failed as TIMEOUT",
 			"worker", r.fp, "job_id", e.job.ID, "job_type", e.job.JobType)
@@ -466,7 +466,7 @@ func (r *run) execute(e *execution) {
 	late := errors.Is(cause, errTimedOut) || !time.Now().Before(deadline)
 	switch {
 	case panicked != nil:
-		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailurePanicked, ErrorCode: CodePanicked,
+		r.settle(e, nil, &lease.FailRequest{Kind: runledger.FailurePanicked, ErrorCode: CodePanicked,
 			ErrorMessage: clip(fmt.Sprintf("panic: %v", panicked))}, fmt.Errorf("worker: handler panicked: %v", panicked))
 	case late && !errors.Is(cause, errShutdown):
 		msg := fmt.Sprintf("the handler returned after its timeout of %s", timeout)
@@ -475,7 +475,7 @@ func (r *run) execute(e *execution) {
 			msg = fmt.Sprintf("the handler ran past its timeout of %s: %v", timeout, err)
 			herr = err
 		}
-		r.settle(e, nil, &jobs.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout, ErrorMessage: clip(msg)}, herr)
+		r.settle(e, nil, &lease.FailRequest{Kind: runledger.FailureTimeout, ErrorCode: CodeTimeout, ErrorMessage: clip(msg)}, herr)
 	case err == nil:
 		r.settle(e, out, nil, nil)
 	case errors.Is(cause, errShutdown):
@@ -484,7 +484,7 @@ func (r *run) execute(e *execution) {
 		// dead-letter the job).
 		r.settleHandBack(e, err)
 	default:
-		f := &jobs.FailRequest{Kind: runledger.FailureRetryable, ErrorCode: errorCode(err), ErrorMessage: clip(err.Error())}
+		f := &lease.FailRequest{Kind: runledger.FailureRetryable, ErrorCode: errorCode(err), ErrorMessage: clip(err.Error())}
 		var term *terminalError
 		if errors.As(err, &term) {
 			f.Kind = runledger.FailureTerminal
@@ -515,7 +515,7 @@ func (r *run) call(ctx context.Context, e *execution) (out json.RawMessage, pani
 // the library would refuse fails the attempt terminally as
 // CodeOutputInvalid instead, saying what was wrong (the refused value is
 // not stored), so that it never reaches a batch write.
-func (r *run) settle(e *execution, output json.RawMessage, failure *jobs.FailRequest, err error) {
+func (r *run) settle(e *execution, output json.RawMessage, failure *lease.FailRequest, err error) {
 	if !e.settled.CompareAndSwap(false, true) {
 		return
 	}
@@ -527,7 +527,7 @@ func (r *run) settle(e *execution, output json.RawMessage, failure *jobs.FailReq
 	}
 	e.mu.Unlock()
 	if failure == nil {
-		req := jobs.CompleteRequest{WorkerID: r.cfg.WorkerID, Output: output, ProgressDone: done, ProgressTotal: total}
+		req := lease.CompleteRequest{WorkerID: r.cfg.WorkerID, Output: output, ProgressDone: done, ProgressTotal: total}
 		if verr := req.Validate(); verr != nil {
 			output, failure = nil, outputInvalid("the handler's output was refused", verr)
 			err = errors.Join(err, verr)
@@ -565,7 +565,7 @@ func (r *run) settleHandBack(e *execution, err error) {
 }
 
 // hand passes a settled outcome to the committer.
-func (r *run) hand(e *execution, output json.RawMessage, failure *jobs.FailRequest, handBack bool, err error) {
+func (r *run) hand(e *execution, output json.RawMessage, failure *lease.FailRequest, handBack bool, err error) {
 	e.mu.Lock()
 	e.output, e.failure, e.handBack, e.err, e.duration = output, failure, handBack, err, time.Since(e.start)
 	e.settledAt = time.Now()
@@ -579,13 +579,13 @@ func (r *run) hand(e *execution, output json.RawMessage, failure *jobs.FailReque
 // outputInvalid is the terminal failure of an attempt whose outcome the
 // database would refuse; its message says why (the library's validation
 // detail, which never quotes the value).
-func outputInvalid(what string, why error) *jobs.FailRequest {
+func outputInvalid(what string, why error) *lease.FailRequest {
 	msg := why.Error()
 	var re *runledger.Error
 	if errors.As(why, &re) && re.Detail != "" {
 		msg = string(re.Code) + ": " + re.Detail
 	}
-	return &jobs.FailRequest{Kind: runledger.FailureTerminal, ErrorCode: CodeOutputInvalid, ErrorMessage: clip(what + ": " + msg)}
+	return &lease.FailRequest{Kind: runledger.FailureTerminal, ErrorCode: CodeOutputInvalid, ErrorMessage: clip(what + ": " + msg)}
 }
 
 // freeSlot returns a handler slot of a job of jobType.
@@ -613,17 +613,17 @@ func (r *run) forget(id uuid.UUID) {
 // attempt.
 func (r *run) handBack(js []runledger.Job) {
 	slices.SortFunc(js, compareLease)
-	reqs := make([]jobs.ReleaseRequest, len(js))
+	reqs := make([]lease.ReleaseRequest, len(js))
 	for i, j := range js {
 		s := j.Scope()
-		reqs[i] = jobs.ReleaseRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: r.cfg.WorkerID}
+		reqs[i] = lease.ReleaseRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: r.cfg.WorkerID}
 	}
 	var bo backoff
 	// Past the end of the leases there is nothing left to hand back.
 	until := time.Now().Add(r.cfg.Lease)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := r.bounded(until)
-		_, err := jobs.Release(ctx, r.pool, reqs)
+		_, err := lease.Release(ctx, r.pool, reqs)
 		cancel()
 		if err == nil {
 			return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/health"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/worker"
@@ -241,7 +242,7 @@ func TestWorkerRecoversPanickingHooks(t *testing.T) {
 		t.Fatalf("Run returned %v", err)
 	}
 	for _, id := range []uuid.UUID{a.ID, b.ID} {
-		if j, err := jobs.Get(ctx, pool, runledger.Global(), id); err != nil || j.Status != runledger.JobStatusSucceeded {
+		if j, err := inspect.Get(ctx, pool, runledger.Global(), id); err != nil || j.Status != runledger.JobStatusSucceeded {
 			t.Fatalf("job %s: %s (%v)", id, j.Status, err)
 		}
 	}

@@ -1,8 +1,8 @@
 // Package worker runs jobs: a Worker claims due jobs of the types
 // registered with it, runs each with its handler, keeps the leases alive
 // with heartbeats, and records each attempt's outcome, all through the
-// lease-fenced writes of package jobs. It is a floor above the library
-// (jobs, replay); nothing in the library imports it.
+// lease-fenced writes of package lease. It is a floor above the library
+// (jobs, lease, replay); nothing in the library imports it.
 //
 // # What a Worker does
 //
@@ -65,7 +65,7 @@
 // When Run's context ends the worker stops claiming; running handlers get
 // Config.ShutdownTimeout to finish, then their contexts are canceled; an
 // attempt canceled so, and jobs claimed but not started, are handed back
-// without spending their attempt (jobs.Release: PENDING at the attempt
+// without spending their attempt (lease.Release: PENDING at the attempt
 // before, due as they were; never a failure, so a shutdown never
 // dead-letters a job on its last attempt); every outcome is committed;
 // then Run returns. A clean shutdown leaves none of

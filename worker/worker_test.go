@@ -13,9 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/worker"
 )
 
@@ -111,7 +113,7 @@ func (h *harness) enqueue(jobType string, payload string) runledger.Job {
 
 func (h *harness) job(id uuid.UUID) runledger.Job {
 	h.t.Helper()
-	j, err := jobs.Get(h.ctx, h.pool, runledger.Global(), id)
+	j, err := inspect.Get(h.ctx, h.pool, runledger.Global(), id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -445,7 +447,7 @@ func TestWorkerRecoversAnotherWorkersExpiredLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := h.enqueue("orphan", `{}`)
-	if _, err := jobs.Claim(h.ctx, h.pool, jobs.ClaimRequest{WorkerID: "crashed", Limit: 1, Lease: time.Millisecond}); err != nil {
+	if _, err := lease.Claim(h.ctx, h.pool, lease.ClaimRequest{WorkerID: "crashed", Limit: 1, Lease: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	// The retry after a lost lease waits Backoff(1): make it due at once

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 var claimCmd = &command{
@@ -30,14 +30,14 @@ Exit codes: 0 done (even with no job); 2 invalid input; 1 other errors.`,
 		fs.requireFlag("worker")
 		types := fs.jobTypes("type", "`T`: claim only jobs of this type, taken exactly as given (not trimmed); repeat the flag or separate types with commas. Default: every type.")
 		limit := fs.intDefault("limit", 1, "`N`: the most jobs to lease, 1 to 1000.")
-		lease := fs.duration("lease", 30*time.Second, "`D`: how long the worker holds each job, as a Go duration (30s, 5m, 1h30m).")
+		leaseFor := fs.duration("lease", 30*time.Second, "`D`: how long the worker holds each job, as a Go duration (30s, 5m, 1h30m).")
 		return func(ctx context.Context, inv *invocation) (result, error) {
-			req := jobs.ClaimRequest{WorkerID: *worker, JobTypes: *types, Limit: int(*limit), Lease: *lease}
-			leased, err := validatedCall(ctx, inv, req, jobs.Claim)
+			req := lease.ClaimRequest{WorkerID: *worker, JobTypes: *types, Limit: int(*limit), Lease: *leaseFor}
+			leased, err := validatedCall(ctx, inv, req, lease.Claim)
 			if err != nil {
 				return nil, err
 			}
-			return claimResult{Jobs: leased, worker: *worker, lease: *lease}, nil
+			return claimResult{Jobs: leased, worker: *worker, lease: *leaseFor}, nil
 		}
 	},
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/goose"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
 )
@@ -197,12 +198,12 @@ func (d *demo) replayOtherTenant() error {
 func (d *demo) lineage() error {
 	cmd := fmt.Sprintf("runledger jobs show %s --org %s", d.source.ID, d.tenantA)
 	return d.step("lineage", "The lineage, as 'runledger jobs show' shows it", cmd, func(w io.Writer) error {
-		src, err := showJob(d.ctx, d.pool, jobs.DetailRequest{Scope: runledger.Organization(d.tenantA), JobID: d.source.ID})
+		src, err := showJob(d.ctx, d.pool, inspect.DetailRequest{Scope: runledger.Organization(d.tenantA), JobID: d.source.ID})
 		if err != nil {
 			return err
 		}
 		src.text(w)
-		rep, err := showJob(d.ctx, d.pool, jobs.DetailRequest{Scope: runledger.Organization(d.tenantA), JobID: d.replayID})
+		rep, err := showJob(d.ctx, d.pool, inspect.DetailRequest{Scope: runledger.Organization(d.tenantA), JobID: d.replayID})
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/worker"
 )
 
@@ -166,7 +166,7 @@ func (d *demo) stopWorker() error {
 			break
 		}
 		st := runledger.JobStatusLeased
-		page, err := jobs.List(d.ctx, d.pool, jobs.ListRequest{Scope: runledger.Organization(d.tenantA), Status: &st, Limit: jobs.MaxLimit})
+		page, err := inspect.List(d.ctx, d.pool, inspect.ListRequest{Scope: runledger.Organization(d.tenantA), Status: &st, Limit: runledger.MaxLimit})
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
-	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // leaseFlags are the flags that name the lease complete and fail act on,
@@ -72,15 +72,15 @@ releases the lease and any execution resource claim.
 
 ` + leaseHelp + "\n\n" + finishOutputHelp,
 	setup: func(fs *flagSet) runFunc {
-		lease := defineLeaseFlags(fs)
+		held := defineLeaseFlags(fs)
 		output := fs.jsonFlag("output", "`JSON`: the job's result, any JSON value. Default: none (null).")
 		return func(ctx context.Context, inv *invocation) (result, error) {
-			req := jobs.CompleteRequest{
-				Scope: lease.scope(),
-				JobID: **lease.job, RunNumber: *lease.run, Attempt: *lease.attempt, WorkerID: *lease.worker,
+			req := lease.CompleteRequest{
+				Scope: held.scope(),
+				JobID: **held.job, RunNumber: *held.run, Attempt: *held.attempt, WorkerID: *held.worker,
 				Output: *output,
 			}
-			job, err := validatedCall(ctx, inv, req, jobs.Complete)
+			job, err := validatedCall(ctx, inv, req, lease.Complete)
 			if err != nil {
 				return nil, err
 			}
@@ -100,18 +100,18 @@ a DEAD_LETTERED event. Either way the error code and message are stored.
 
 ` + leaseHelp + "\n\n" + finishOutputHelp,
 	setup: func(fs *flagSet) runFunc {
-		lease := defineLeaseFlags(fs)
+		held := defineLeaseFlags(fs)
 		code := fs.str("error-code", "`C`: a short machine-readable error code, stored as last_error_code.")
 		message := fs.str("error-message", "`M`: a human-readable error message, stored as last_error_message.")
 		terminal := fs.boolean("terminal", false, "Dead-letter the job now, whatever attempts remain.")
 		delay := fs.durationOpt("retry-delay", "`D`: how long until the retry is due, as a Go duration (0s, 30s, 5m). Default: exponential backoff.")
 		return func(ctx context.Context, inv *invocation) (result, error) {
-			req := jobs.FailRequest{
-				Scope: lease.scope(),
-				JobID: **lease.job, RunNumber: *lease.run, Attempt: *lease.attempt, WorkerID: *lease.worker,
+			req := lease.FailRequest{
+				Scope: held.scope(),
+				JobID: **held.job, RunNumber: *held.run, Attempt: *held.attempt, WorkerID: *held.worker,
 				ErrorCode: *code, ErrorMessage: *message, Terminal: *terminal, RetryDelay: *delay,
 			}
-			job, err := validatedCall(ctx, inv, req, jobs.Fail)
+			job, err := validatedCall(ctx, inv, req, lease.Fail)
 			if err != nil {
 				return nil, err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/requeue"
 )
@@ -55,16 +56,16 @@ Exit codes: 0 done; 2 invalid input; 4 not found in the caller's scope;
 1 other errors.`,
 	setup: func(fs *flagSet) runFunc {
 		org := fs.uuidFlag("org", "`UUID`: the caller's organization (tenant). Default: global scope.")
-		events := fs.intDefault("events", jobs.DefaultDetailLimit, "`N`: show the newest N events (1 to 1000)")
+		events := fs.intDefault("events", inspect.DefaultDetailLimit, "`N`: show the newest N events (1 to 1000)")
 		eventsBefore := fs.int64Opt("events-before", "`ID`: page back: only events older than event ID")
-		replays := fs.intDefault("replays", jobs.DefaultDetailLimit, "`N`: show the oldest N replays (1 to 1000)")
+		replays := fs.intDefault("replays", inspect.DefaultDetailLimit, "`N`: show the oldest N replays (1 to 1000)")
 		replaysAfter := fs.uuidFlag("replays-after", "`UUID`: page forward: only replays after replay job UUID")
 		return func(ctx context.Context, inv *invocation) (result, error) {
 			id, err := uuid.Parse(inv.args[0])
 			if err != nil {
 				return nil, invalidArgf("jobs show: %q is not a UUID", inv.args[0])
 			}
-			req := jobs.DetailRequest{Scope: scopeFor(*org), JobID: id, EventLimit: explicitLimit(*events), EventsBefore: *eventsBefore,
+			req := inspect.DetailRequest{Scope: scopeFor(*org), JobID: id, EventLimit: explicitLimit(*events), EventsBefore: *eventsBefore,
 				ReplayLimit: explicitLimit(*replays), ReplaysAfter: *replaysAfter}
 			if err := req.Validate(); err != nil {
 				return nil, err
@@ -89,8 +90,8 @@ func explicitLimit(n int32) int {
 }
 
 // showJob reads the job detail for jobs show.
-func showJob(ctx context.Context, pool *pgxpool.Pool, req jobs.DetailRequest) (*jobView, error) {
-	d, err := jobs.GetDetail(ctx, pool, req)
+func showJob(ctx context.Context, pool *pgxpool.Pool, req inspect.DetailRequest) (*jobView, error) {
+	d, err := inspect.GetDetail(ctx, pool, req)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func showJob(ctx context.Context, pool *pgxpool.Pool, req jobs.DetailRequest) (*
 // jobView is the output of jobs show: the detail's JSON, and its text.
 // job_type_paused is added, true, while the job's type is paused.
 type jobView struct {
-	jobs.Detail
+	inspect.Detail
 	JobTypePaused bool `json:"job_type_paused,omitempty"`
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/errs"
@@ -100,10 +101,6 @@ func (a *Adapter[S, R, O]) ValidateSelection(sel Selection[S]) error {
 	return nil
 }
 
-// MaxJobTypeBytes is the longest job type a filter accepts, as
-// jobs.MaxJobTypeBytes.
-const MaxJobTypeBytes = 255
-
 // The filter job type errors, the codes every job type is checked with.
 var (
 	errJobTypeBlank = errs.Validation("job.job_type_blank",
@@ -116,15 +113,15 @@ var (
 
 // ValidateJobType checks a filter's job type: non-blank
 // (job.job_type_blank), valid UTF-8 without NUL (job.job_type_invalid), at
-// most MaxJobTypeBytes (job.job_type_too_long).
+// most runledger.MaxJobTypeBytes (job.job_type_too_long).
 func (a *Adapter[S, R, O]) ValidateJobType(jobType string) error {
-	switch validate.Text(jobType, MaxJobTypeBytes) {
+	switch validate.Text(jobType, runledger.MaxJobTypeBytes) {
 	case validate.Blank:
 		return errJobTypeBlank.Newf("%s filter job type %q is blank", a.Noun, jobType)
 	case validate.Unclean:
 		return errJobTypeInvalid.Newf("%s filter job type holds a NUL byte or invalid UTF-8", a.Noun)
 	case validate.TooLong:
-		return errJobTypeTooLong.Newf("job type must be at most %d bytes, got %d", MaxJobTypeBytes, len(jobType))
+		return errJobTypeTooLong.Newf("job type must be at most %d bytes, got %d", runledger.MaxJobTypeBytes, len(jobType))
 	}
 	return nil
 }

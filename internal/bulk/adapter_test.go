@@ -62,7 +62,7 @@ func TestAdapterValidatesWithTheOperationsCodes(t *testing.T) {
 		{"stream chunk checked", testAdapter.checkChunk([]testSource{{id: uuid.New()}}, 0), "test.refused"},
 		{"blank type", testAdapter.ValidateJobType(" "), "job.job_type_blank"},
 		{"unclean type", testAdapter.ValidateJobType("a\x00"), "job.job_type_invalid"},
-		{"long type", testAdapter.ValidateJobType(strings.Repeat("t", MaxJobTypeBytes+1)), "job.job_type_too_long"},
+		{"long type", testAdapter.ValidateJobType(strings.Repeat("t", runledger.MaxJobTypeBytes+1)), "job.job_type_too_long"},
 		{"range", testAdapter.ValidateWindow(&later, &earlier, 0), "test.range"},
 		{"limit", testAdapter.ValidateWindow(&earlier, &later, -1), "test.limit"},
 		{"chunk", testAdapter.ValidatePace(-1, 0), "test.chunk"},
@@ -77,7 +77,7 @@ func TestAdapterValidatesWithTheOperationsCodes(t *testing.T) {
 		testAdapter.ValidateSelection(Selection[testSource]{Sources: []testSource{a, b}}),
 		testAdapter.ValidateSelection(Selection[testSource]{Filter: true}),
 		testAdapter.checkChunk([]testSource{a, b}, 0),
-		testAdapter.ValidateJobType(strings.Repeat("t", MaxJobTypeBytes)),
+		testAdapter.ValidateJobType(strings.Repeat("t", runledger.MaxJobTypeBytes)),
 		testAdapter.ValidateWindow(&earlier, &later, 0),
 		testAdapter.ValidatePace(0, 0),
 	} {

@@ -25,7 +25,7 @@ var Catalogue = []Entry{
 	{"job.job_type_invalid", runledger.CategoryValidation,
 		"The job type is not valid UTF-8 or holds a NUL byte."},
 	{"job.job_type_too_long", runledger.CategoryValidation,
-		"The job type is over 255 bytes (`jobs.MaxJobTypeBytes`)."},
+		"The job type is over 255 bytes (`runledger.MaxJobTypeBytes`)."},
 	{"job.payload_invalid", runledger.CategoryValidation,
 		"The enqueue payload is not valid JSON."},
 	{"job.payload_too_large", runledger.CategoryValidation,

@@ -11,14 +11,15 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // Factories: ledger states for tests to start from. Seed and DefineType
 // write rows with test SQL (a state as it lies in the tables, with no
 // events, whatever the library would have done); Define, Enqueue, Claim,
-// Leased and LeaseJob go through package jobs, as an application would, and
-// CompleteRequest and FailRequest build the requests that finish a leased
-// job.
+// Leased and LeaseJob go through packages jobs and lease, as an application
+// would, and CompleteRequest and FailRequest build the requests that
+// finish a leased job.
 
 // Ptr returns a pointer to a copy of v, for the optional fields of requests.
 func Ptr[T any](v T) *T { return &v }
@@ -106,9 +107,9 @@ func Enqueue(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.Enq
 	return res.Job
 }
 
-// Claim claims through jobs.Claim, with worker "worker-1", limit 10 and a
+// Claim claims through lease.Claim, with worker "worker-1", limit 10 and a
 // 30 s lease unless req says otherwise.
-func Claim(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.ClaimRequest) []runledger.Job {
+func Claim(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req lease.ClaimRequest) []runledger.Job {
 	t.Helper()
 	if req.WorkerID == "" {
 		req.WorkerID = "worker-1"
@@ -119,7 +120,7 @@ func Claim(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.Claim
 	if req.Lease == 0 {
 		req.Lease = 30 * time.Second
 	}
-	got, err := jobs.Claim(ctx, pool, req)
+	got, err := lease.Claim(ctx, pool, req)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -138,7 +139,7 @@ func Leased(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.Enqu
 // its lease without output: a SUCCEEDED job at run 1, attempt 1.
 func Completed(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.EnqueueRequest) runledger.Job {
 	t.Helper()
-	j, err := jobs.Complete(ctx, pool, CompleteRequest(Leased(t, ctx, pool, req)))
+	j, err := lease.Complete(ctx, pool, CompleteRequest(Leased(t, ctx, pool, req)))
 	if err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -151,7 +152,7 @@ func Completed(t testing.TB, ctx context.Context, pool *pgxpool.Pool, req jobs.E
 func LeaseJob(t testing.TB, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) runledger.Job {
 	t.Helper()
 	Exec(t, pool, `UPDATE job_queue SET priority = 2147483647 WHERE id = $1`, id)
-	got := Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+	got := Claim(t, ctx, pool, lease.ClaimRequest{Limit: 1})
 	if len(got) != 1 || got[0].ID != id {
 		t.Fatalf("claimed %v, want %s", IDs(got), id)
 	}
@@ -160,16 +161,16 @@ func LeaseJob(t testing.TB, ctx context.Context, pool *pgxpool.Pool, id uuid.UUI
 
 // CompleteRequest is the request that completes leased job j under its
 // lease, in j's scope as a worker sends it, with no output.
-func CompleteRequest(j runledger.Job) jobs.CompleteRequest {
+func CompleteRequest(j runledger.Job) lease.CompleteRequest {
 	scope := j.Scope()
-	return jobs.CompleteRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID}
+	return lease.CompleteRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID}
 }
 
 // FailRequest is the request that fails leased job j under its lease, in
 // j's scope, with error smtp.down.
-func FailRequest(j runledger.Job) jobs.FailRequest {
+func FailRequest(j runledger.Job) lease.FailRequest {
 	scope := j.Scope()
-	return jobs.FailRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID,
+	return lease.FailRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID,
 		ErrorCode: "smtp.down", ErrorMessage: "connection refused"}
 }
 

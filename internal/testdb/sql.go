@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +174,25 @@ func JSONEqual(t testing.TB, what string, got []byte, want string) {
 	if !reflect.DeepEqual(g, w) {
 		t.Fatalf("%s = %s, want %s", what, got, want)
 	}
+}
+
+// JobState is what a refused write must leave unchanged: a job row's
+// lease columns and the count of its events, as one string to compare.
+func JobState(t testing.TB, ctx context.Context, q Querier, id uuid.UUID) string {
+	t.Helper()
+	var s string
+	if err := q.QueryRow(ctx, `
+		SELECT concat_ws('|', status, stage, run_number, attempt, worker_id, lease_expires_at, finished_at,
+		                 last_error_code, output::text, updated_at,
+		                 (SELECT count(*) FROM job_events e WHERE e.organization_id = j.organization_id AND e.job_id = j.id))
+		FROM job_queue j WHERE id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// JSONString returns a JSON string value exactly n bytes long (n >= 2),
+// for tests of the size limits on payloads and outputs.
+func JSONString(n int) json.RawMessage {
+	return json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
 }

@@ -44,8 +44,8 @@
 // Beside databases, testdb holds what every package's tests share: test SQL
 // that fails the test on error (Exec, Scalar, Column, Count, EventTypes),
 // ledger states to start from, written in SQL (DefineType, Seed) or through
-// package jobs (Define, Enqueue, Claim, Leased, Completed), connections and
-// transactions that end with the test (Connect, OpenPool, Begin, InTx,
+// packages jobs and lease (Define, Enqueue, Claim, Leased, Completed),
+// connections and transactions that end with the test (Connect, OpenPool, Begin, InTx,
 // ClosedPool), lock observation without sleeps (RowLocked, WaitBlocked,
 // WaitFor), round-trip counting (CountingPool, Trips) and error and
 // outcome checks (WantCode, WantTransient, WantCommitUnconfirmed,

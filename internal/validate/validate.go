@@ -1,6 +1,9 @@
-// Package validate holds the text rules every request shares: what makes a
-// string blank, what PostgreSQL text cannot store, and the key limit. Each
-// package maps a Fault to its own stable code; the rules live only here.
+// Package validate holds the primitives the requests of the library share:
+// what makes a string blank, what PostgreSQL text and jsonb cannot store,
+// the scope, operator and job type rules, and the limits on pages. Each
+// request checks itself in its own Validate method, in the package that
+// owns it, with these primitives; a rule only one request has lives in
+// that method, not here.
 package validate
 
 import (
@@ -42,20 +45,6 @@ func Text(s string, max int) Fault {
 // Clean reports whether s is valid UTF-8 without NUL.
 func Clean(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
-}
-
-var invalidResourceKey = errs.Validation("job.invalid_execution_resource_key",
-	"Execution resource key must be non-blank and at most 512 bytes.")
-
-// ExecutionResourceKey checks an execution resource key with Text and
-// runledger.MaxKeyBytes; every fault is the Validation error
-// job.invalid_execution_resource_key.
-func ExecutionResourceKey(key string) error {
-	if Text(key, runledger.MaxKeyBytes) != OK {
-		return invalidResourceKey.Newf(
-			"execution resource key is blank, holds NUL or invalid UTF-8, or is %d bytes long", len(key))
-	}
-	return nil
 }
 
 var invalidOrganization = errs.Validation(runledger.CodeOrganizationInvalid,

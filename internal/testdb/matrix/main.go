@@ -36,7 +36,7 @@ import (
 // defaultPackages are the library suites, the plan audit and the quick
 // packages around them.
 var defaultPackages = []string{
-	".", "./db/", "./replay/", "./requeue/", "./health/", "./jobs/", "./schedules/", "./worker/", "./goose/", "./reliability/",
+	".", "./db/", "./replay/", "./requeue/", "./health/", "./jobs/", "./lease/", "./inspect/", "./schedules/", "./worker/", "./goose/", "./reliability/",
 	"./internal/dberr/", "./internal/txn/", "./internal/rows/", "./internal/failpoint/", "./internal/bulk/",
 	"./internal/testdb/", "./internal/pgserver/", "./internal/testdb/planaudit/",
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 	"github.com/runledger-go/runledger/replay"
 )
 
@@ -290,10 +292,10 @@ func (c *client) enqueueRepeat() {
 }
 
 func (c *client) claimAndFinish() {
-	req := jobs.ClaimRequest{WorkerID: c.worker, JobTypes: clientTypes, Limit: 1 + c.rng.Intn(4), Lease: c.lease}
+	req := lease.ClaimRequest{WorkerID: c.worker, JobTypes: clientTypes, Limit: 1 + c.rng.Intn(4), Lease: c.lease}
 	var claimed []runledger.Job
 	_, err := c.do(opClaim, func(ctx context.Context) (err error) {
-		claimed, err = jobs.Claim(ctx, c.pool, req)
+		claimed, err = lease.Claim(ctx, c.pool, req)
 		return err
 	})
 	if err != nil {
@@ -319,10 +321,10 @@ func (c *client) claimAndFinish() {
 }
 
 func (c *client) complete(j runledger.Job) {
-	req := jobs.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: c.worker,
+	req := lease.CompleteRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: c.worker,
 		Output: json.RawMessage(`{"ok":true}`)}
 	failed, err := c.do(opComplete, func(ctx context.Context) (err error) {
-		_, err = jobs.Complete(ctx, c.pool, req)
+		_, err = lease.Complete(ctx, c.pool, req)
 		return err
 	})
 	if err != nil && failed > 0 && errors.Is(err, runledger.CodeLeaseMismatch) {
@@ -330,7 +332,7 @@ func (c *client) complete(j runledger.Job) {
 		// reply was lost: read it back.
 		var got runledger.Job
 		_, rerr := c.do(opGet, func(ctx context.Context) (err error) {
-			got, err = jobs.Get(ctx, c.pool, j.Scope(), j.ID)
+			got, err = inspect.Get(ctx, c.pool, j.Scope(), j.ID)
 			return err
 		})
 		if rerr == nil && got.Status == runledger.JobStatusSucceeded && got.RunNumber == j.RunNumber && got.Attempt == j.Attempt {
@@ -349,11 +351,11 @@ func (c *client) complete(j runledger.Job) {
 
 func (c *client) fail(j runledger.Job, terminal bool) {
 	zero := time.Duration(0)
-	req := jobs.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: c.worker,
+	req := lease.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: c.worker,
 		ErrorCode: "soak.simulated", ErrorMessage: "simulated failure", Terminal: terminal, RetryDelay: &zero}
 	var got runledger.Job
 	failed, err := c.do(opFail, func(ctx context.Context) (err error) {
-		got, err = jobs.Fail(ctx, c.pool, req)
+		got, err = lease.Fail(ctx, c.pool, req)
 		return err
 	})
 	dead := err == nil && got.Status == runledger.JobStatusDeadLettered
@@ -361,7 +363,7 @@ func (c *client) fail(j runledger.Job, terminal bool) {
 		// An earlier attempt may have landed: look for its event.
 		var events []runledger.JobEvent
 		_, rerr := c.do(opGet, func(ctx context.Context) (err error) {
-			events, err = jobs.Events(ctx, c.pool, j.Scope(), j.ID)
+			events, err = inspect.Events(ctx, c.pool, j.Scope(), j.ID)
 			return err
 		})
 		for _, e := range events {
@@ -457,7 +459,7 @@ func (c *client) get() {
 		return
 	}
 	_, err := c.do(opGet, func(ctx context.Context) error {
-		_, err := jobs.Get(ctx, c.pool, ref.scope, ref.id)
+		_, err := inspect.Get(ctx, c.pool, ref.scope, ref.id)
 		return err
 	})
 	if err != nil {
@@ -488,7 +490,7 @@ func (c *client) upsertDefinition() {
 func (c *client) recover() {
 	var got []runledger.Job
 	_, err := c.do(opRecover, func(ctx context.Context) (err error) {
-		got, err = jobs.RecoverExpiredLeases(ctx, c.pool, 100)
+		got, err = lease.RecoverExpiredLeases(ctx, c.pool, 100)
 		return err
 	})
 	if err != nil {

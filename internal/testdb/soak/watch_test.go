@@ -13,6 +13,7 @@ import (
 
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -55,20 +56,20 @@ func TestCheckDuplicatesCountsByPhase(t *testing.T) {
 		payload, _ := json.Marshal(workPayload{Kind: kind})
 		testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: workType, Payload: payload})
 	}
-	claim := func() jobs.FailRequest {
+	claim := func() lease.FailRequest {
 		t.Helper()
-		got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: "soak-runtime-1", Limit: 1})
+		got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{WorkerID: "soak-runtime-1", Limit: 1})
 		if len(got) != 1 {
 			t.Fatalf("claimed %d jobs, want 1", len(got))
 		}
 		j := got[0]
 		testdb.Exec(t, pool, `INSERT INTO soak_effects (job_id, attempt) VALUES ($1, $2)`, j.ID, j.Attempt)
-		return jobs.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: "soak-runtime-1",
+		return lease.FailRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: "soak-runtime-1",
 			ErrorCode: "soak.test", RetryDelay: testdb.Ptr(time.Duration(0))}
 	}
-	fail := func(r jobs.FailRequest) {
+	fail := func(r lease.FailRequest) {
 		t.Helper()
-		if _, err := jobs.Fail(ctx, pool, r); err != nil {
+		if _, err := lease.Fail(ctx, pool, r); err != nil {
 			t.Fatalf("Fail: %v", err)
 		}
 	}
@@ -77,27 +78,27 @@ func TestCheckDuplicatesCountsByPhase(t *testing.T) {
 	enqueue("ok")
 	r := claim()
 	testdb.Exec(t, pool, `INSERT INTO soak_effects (job_id, attempt) VALUES ($1, $2)`, r.JobID, r.Attempt)
-	fail(jobs.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
+	fail(lease.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
 	// 2. A second attempt of a job whose first never ended: the lease
 	// dropped by test SQL, with no event.
 	enqueue("ok")
 	r = claim()
 	testdb.Exec(t, pool, `UPDATE job_queue SET status = 'PENDING', lease_expires_at = NULL, worker_id = NULL WHERE id = $1`, r.JobID)
 	r = claim()
-	fail(jobs.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
+	fail(lease.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
 	// 3. A retry the ok kind did not ask for (RETRYABLE), then its second
 	// attempt: explained, not a duplicate.
 	enqueue("ok")
 	r = claim()
 	fail(r)
 	r = claim()
-	fail(jobs.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
+	fail(lease.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
 	// 4. The retry kind's planned retry: counted nowhere.
 	enqueue("retry")
 	r = claim()
 	fail(r)
 	r = claim()
-	fail(jobs.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
+	fail(lease.FailRequest{JobID: r.JobID, RunNumber: r.RunNumber, Attempt: r.Attempt, WorkerID: r.WorkerID, Terminal: true})
 
 	// 5. A job on its last attempt whose lease ran out (expired by test
 	// SQL), dead-lettered by recovery.
@@ -105,7 +106,7 @@ func TestCheckDuplicatesCountsByPhase(t *testing.T) {
 	testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: workType, Payload: payload, MaxAttempts: testdb.Ptr(int32(1))})
 	r = claim()
 	testdb.Exec(t, pool, `UPDATE job_queue SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, r.JobID)
-	if got, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(got) != 1 {
+	if got, err := lease.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(got) != 1 {
 		t.Fatalf("RecoverExpiredLeases: %d jobs, %v; want 1", len(got), err)
 	}
 
@@ -157,7 +158,7 @@ func TestWatchSeesLeasesOverConcurrencyAndDeadlocks(t *testing.T) {
 	for range 2 {
 		testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: workType})
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: "soak-runtime-1", Limit: 2}); len(got) != 2 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{WorkerID: "soak-runtime-1", Limit: 2}); len(got) != 2 {
 		t.Fatalf("claimed %d jobs, want 2", len(got))
 	}
 

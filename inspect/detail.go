@@ -1,4 +1,4 @@
-package jobs
+package inspect
 
 import (
 	"context"
@@ -29,14 +29,14 @@ type DetailRequest struct {
 	// runledger.CodeJobNotFound.
 	Scope runledger.Scope
 	JobID uuid.UUID
-	// EventLimit is the most events returned, 1 to MaxLimit; 0 means
+	// EventLimit is the most events returned, 1 to runledger.MaxLimit; 0 means
 	// DefaultDetailLimit. They are the newest ones (before EventsBefore,
 	// when set), in the order they happened.
 	EventLimit int
 	// EventsBefore, when set, pages back through the history: only events
 	// with a smaller id (pass Detail.Events[0].ID for the page before).
 	EventsBefore *int64
-	// ReplayLimit is the most replays returned, 1 to MaxLimit; 0 means
+	// ReplayLimit is the most replays returned, 1 to runledger.MaxLimit; 0 means
 	// DefaultDetailLimit. They are the oldest ones after ReplaysAfter.
 	ReplayLimit int
 	// ReplaysAfter, when set, pages forward through the replays: only those
@@ -52,12 +52,12 @@ func (r DetailRequest) Validate() error {
 		return err
 	}
 	if r.EventLimit != 0 {
-		if err := validateLimit(r.EventLimit, errEventLimitInvalid, "event limit"); err != nil {
+		if err := validate.Limit(r.EventLimit, errEventLimitInvalid, "event limit"); err != nil {
 			return err
 		}
 	}
 	if r.ReplayLimit != 0 {
-		if err := validateLimit(r.ReplayLimit, errListLimitInvalid, "replay limit"); err != nil {
+		if err := validate.Limit(r.ReplayLimit, errListLimitInvalid, "replay limit"); err != nil {
 			return err
 		}
 	}

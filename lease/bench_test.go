@@ -1,4 +1,4 @@
-package jobs_test
+package lease_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // Benchmarks of the worker's two statements, one client, against the test
@@ -50,12 +51,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 			seeded += benchJobs
 			b.StartTimer()
 		}
-		got, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "bench", Limit: 1, Lease: time.Minute})
+		got, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "bench", Limit: 1, Lease: time.Minute})
 		if err != nil || len(got) != 1 {
 			b.Fatalf("claim: %d jobs, %v", len(got), err)
 		}
 		j := got[0]
-		if _, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: "bench"}); err != nil {
+		if _, err := lease.Complete(ctx, pool, lease.CompleteRequest{Scope: &scope, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: "bench"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -83,7 +84,7 @@ func BenchmarkClaimAcrossTenants(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				got, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "bench", Limit: 10, Lease: time.Minute})
+				got, err := lease.ClaimTx(ctx, tx, lease.ClaimRequest{WorkerID: "bench", Limit: 10, Lease: time.Minute})
 				if err != nil || len(got) != 10 {
 					b.Fatalf("claim: %d jobs, %v", len(got), err)
 				}

@@ -1,4 +1,4 @@
-package jobs
+package lease
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 	"github.com/runledger-go/runledger/internal/wake"
 )
 
@@ -22,7 +23,7 @@ type ClaimRequest struct {
 	WorkerID string
 	// JobTypes restricts the claim to these types; empty means every type.
 	JobTypes []string
-	// Limit is the most jobs to lease, 1 to MaxLimit.
+	// Limit is the most jobs to lease, 1 to runledger.MaxLimit.
 	Limit int
 	// Lease is how long the worker holds each job before RecoverExpiredLeases
 	// may take it back: 1µs (PostgreSQL's precision) to MaxLease; a
@@ -39,11 +40,11 @@ func (r ClaimRequest) Validate() error {
 		return err
 	}
 	for _, t := range r.JobTypes {
-		if err := validateJobType(t); err != nil {
+		if err := validate.JobType(t); err != nil {
 			return err
 		}
 	}
-	if err := validateLimit(r.Limit, errClaimLimitInvalid, "claim limit"); err != nil {
+	if err := validate.Limit(r.Limit, errClaimLimitInvalid, "claim limit"); err != nil {
 		return err
 	}
 	return validateLease(r.Lease)
@@ -66,7 +67,7 @@ func (r ClaimRequest) Validate() error {
 // jobs may be leased with nobody working on them until their leases expire
 // and RecoverExpiredLeases takes them back.
 func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledger.Job, error) {
-	return ownedWrite(ctx, pool, "job claim", req, claim)
+	return txn.OwnedWrite(ctx, pool, "job claim", req, claim)
 }
 
 // ClaimTx is Claim inside the caller's transaction, which it never commits
@@ -76,7 +77,7 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, req ClaimRequest) ([]runledg
 // transaction fails the claim with a Transient serialization error instead
 // of being passed by.
 func ClaimTx(ctx context.Context, tx pgx.Tx, req ClaimRequest) ([]runledger.Job, error) {
-	return joinedWrite(ctx, tx, "job claim", req, claim)
+	return txn.JoinedWrite(ctx, tx, "job claim", req, claim)
 }
 
 func claim(ctx context.Context, s *txn.Session, req ClaimRequest) ([]runledger.Job, error) {

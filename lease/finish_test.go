@@ -1,4 +1,4 @@
-package jobs_test
+package lease_test
 
 import (
 	"encoding/json"
@@ -9,8 +9,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 func TestCompleteStoresOutputProgressAndSucceededEvent(t *testing.T) {
@@ -20,7 +22,7 @@ func TestCompleteStoresOutputProgressAndSucceededEvent(t *testing.T) {
 	req := testdb.CompleteRequest(l)
 	req.Output = json.RawMessage(`{"sent": 3,  "ids": ["a","b","c"]}`)
 	req.ProgressDone, req.ProgressTotal = testdb.Ptr[int64](3), testdb.Ptr[int64](4)
-	done, err := jobs.Complete(ctx, pool, req)
+	done, err := lease.Complete(ctx, pool, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestCompleteStoresOutputProgressAndSucceededEvent(t *testing.T) {
 
 	// Without output the column stays NULL.
 	l2 := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
-	done2, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(l2))
+	done2, err := lease.Complete(ctx, pool, testdb.CompleteRequest(l2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
 	pending := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{RunAt: testdb.Ptr(time.Now().Add(time.Hour))})
 	good := testdb.CompleteRequest(l)
-	cases := map[string]jobs.CompleteRequest{
+	cases := map[string]lease.CompleteRequest{
 		"wrong run":     {JobID: l.ID, RunNumber: 2, Attempt: good.Attempt, WorkerID: good.WorkerID},
 		"wrong attempt": {JobID: l.ID, RunNumber: good.RunNumber, Attempt: 2, WorkerID: good.WorkerID},
 		"wrong worker":  {JobID: l.ID, RunNumber: good.RunNumber, Attempt: good.Attempt, WorkerID: "worker-2"},
@@ -76,7 +78,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	for name, req := range cases {
 		t.Run(name, func(t *testing.T) {
 			before := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`)
-			_, err := jobs.Complete(ctx, pool, req)
+			_, err := lease.Complete(ctx, pool, req)
 			testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 			if after := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); after != before {
 				t.Fatalf("events %d -> %d after a refused completion", before, after)
@@ -88,10 +90,10 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	}
 	// The right lease still completes, once; the second time it no longer
 	// holds the lease.
-	if _, err := jobs.Complete(ctx, pool, good); err != nil {
+	if _, err := lease.Complete(ctx, pool, good); err != nil {
 		t.Fatal(err)
 	}
-	_, err := jobs.Complete(ctx, pool, good)
+	_, err := lease.Complete(ctx, pool, good)
 	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	if ev := testdb.EventTypes(t, pool, l.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED", "SUCCEEDED"}) {
 		t.Fatalf("events = %v, want one SUCCEEDED", ev)
@@ -101,7 +103,7 @@ func TestCompleteRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 func TestCompleteMissingJobIsNotFound(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
-	_, err := jobs.Complete(ctx, pool, jobs.CompleteRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
+	_, err := lease.Complete(ctx, pool, lease.CompleteRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
 	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_events`); n != 0 {
 		t.Fatalf("%d events written", n)
@@ -116,13 +118,13 @@ func TestCompleteTxRunsInCallerTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.CompleteTx(ctx, tx, testdb.CompleteRequest(l)); err != nil {
+	if _, err := lease.CompleteTx(ctx, tx, testdb.CompleteRequest(l)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	j, err := jobs.Get(ctx, pool, runledger.Global(), l.ID)
+	j, err := inspect.Get(ctx, pool, runledger.Global(), l.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func TestFailWithAttemptsLeftSchedulesRetry(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](3)})
-	after, err := jobs.Fail(ctx, pool, testdb.FailRequest(l))
+	after, err := lease.Fail(ctx, pool, testdb.FailRequest(l))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,11 +157,11 @@ func TestFailWithAttemptsLeftSchedulesRetry(t *testing.T) {
 		t.Fatalf("last event = %s attempt %v payload %v", typ, attempt, payload)
 	}
 	// The event's occurred_at is the failing statement's now().
-	if d := after.NextRunAt.Sub(occurred); d != jobs.Backoff(1) {
-		t.Fatalf("next_run_at = now + %s, want now + Backoff(1) = %s", d, jobs.Backoff(1))
+	if d := after.NextRunAt.Sub(occurred); d != lease.Backoff(1) {
+		t.Fatalf("next_run_at = now + %s, want now + Backoff(1) = %s", d, lease.Backoff(1))
 	}
 	// Not due yet: a claim finds nothing.
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{}); len(got) != 0 {
 		t.Fatalf("claimed %v before the retry was due", testdb.IDs(got))
 	}
 
@@ -168,7 +170,7 @@ func TestFailWithAttemptsLeftSchedulesRetry(t *testing.T) {
 	l2 := claimOnly(t, ctx, pool, l.ID)
 	req := testdb.FailRequest(l2)
 	req.RetryDelay = testdb.Ptr(90 * time.Second)
-	after2, err := jobs.Fail(ctx, pool, req)
+	after2, err := lease.Fail(ctx, pool, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func TestFailUntilAttemptsSpentDeadLetters(t *testing.T) {
 		req := testdb.FailRequest(l)
 		req.RetryDelay = testdb.Ptr(time.Duration(0))
 		var err error
-		if last, err = jobs.Fail(ctx, pool, req); err != nil {
+		if last, err = lease.Fail(ctx, pool, req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,7 +204,7 @@ func TestFailUntilAttemptsSpentDeadLetters(t *testing.T) {
 	if ev := testdb.EventTypes(t, pool, j.ID); !slices.Equal(ev, want) {
 		t.Fatalf("events = %v, want %v", ev, want)
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{}); len(got) != 0 {
 		t.Fatalf("claimed a dead-lettered job: %v", testdb.IDs(got))
 	}
 }
@@ -213,7 +215,7 @@ func TestFailTerminalDeadLettersAtOnce(t *testing.T) {
 	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{MaxAttempts: testdb.Ptr[int32](5)})
 	req := testdb.FailRequest(l)
 	req.Terminal = true
-	after, err := jobs.Fail(ctx, pool, req)
+	after, err := lease.Fail(ctx, pool, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,9 +234,9 @@ func TestFailRejectsLeaseMismatchWithoutWriting(t *testing.T) {
 	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{})
 	req := testdb.FailRequest(l)
 	req.WorkerID = "someone-else"
-	_, err := jobs.Fail(ctx, pool, req)
+	_, err := lease.Fail(ctx, pool, req)
 	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
-	_, err = jobs.Fail(ctx, pool, jobs.FailRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
+	_, err = lease.Fail(ctx, pool, lease.FailRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w"})
 	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 	if ev := testdb.EventTypes(t, pool, l.ID); !slices.Equal(ev, []string{"ENQUEUED", "LEASED"}) {
 		t.Fatalf("events = %v after refused failures", ev)
@@ -248,7 +250,7 @@ func TestBackoffDoublesFromOneSecondUpToAnHour(t *testing.T) {
 		10: 512 * time.Second, 12: 2048 * time.Second, 13: time.Hour, 100: time.Hour, 1 << 30: time.Hour,
 	}
 	for attempt, want := range cases {
-		if got := jobs.Backoff(attempt); got != want {
+		if got := lease.Backoff(attempt); got != want {
 			t.Errorf("Backoff(%d) = %s, want %s", attempt, got, want)
 		}
 	}

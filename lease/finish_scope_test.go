@@ -1,4 +1,4 @@
-package jobs_test
+package lease_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // finishFunc is one of the four ways to finish a leased job, with the
@@ -27,24 +28,24 @@ var finishers = map[string]finishFunc{
 	"Complete": func(ctx context.Context, pool *pgxpool.Pool, l runledger.Job, scope *runledger.Scope, worker string) (runledger.Job, error) {
 		req := testdb.CompleteRequest(l)
 		req.Scope, req.WorkerID = scope, worker
-		return jobs.Complete(ctx, pool, req)
+		return lease.Complete(ctx, pool, req)
 	},
 	"CompleteTx": func(ctx context.Context, pool *pgxpool.Pool, l runledger.Job, scope *runledger.Scope, worker string) (runledger.Job, error) {
 		req := testdb.CompleteRequest(l)
 		req.Scope, req.WorkerID = scope, worker
-		return commitOnSuccess(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return jobs.CompleteTx(ctx, tx, req) })
+		return commitOnSuccess(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return lease.CompleteTx(ctx, tx, req) })
 	},
 	"Fail": func(ctx context.Context, pool *pgxpool.Pool, l runledger.Job, scope *runledger.Scope, worker string) (runledger.Job, error) {
 		req := testdb.FailRequest(l)
 		req.Scope, req.WorkerID = scope, worker
 		req.RetryDelay = testdb.Ptr(time.Hour) // a retry never comes due during the test
-		return jobs.Fail(ctx, pool, req)
+		return lease.Fail(ctx, pool, req)
 	},
 	"FailTx": func(ctx context.Context, pool *pgxpool.Pool, l runledger.Job, scope *runledger.Scope, worker string) (runledger.Job, error) {
 		req := testdb.FailRequest(l)
 		req.Scope, req.WorkerID = scope, worker
 		req.RetryDelay = testdb.Ptr(time.Hour) // a retry never comes due during the test
-		return commitOnSuccess(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return jobs.FailTx(ctx, tx, req) })
+		return commitOnSuccess(ctx, pool, func(ctx context.Context, tx pgx.Tx) (runledger.Job, error) { return lease.FailTx(ctx, tx, req) })
 	},
 }
 
@@ -61,21 +62,6 @@ func commitOnSuccess(ctx context.Context, pool *pgxpool.Pool, f func(context.Con
 		return runledger.Job{}, err
 	}
 	return j, tx.Commit(ctx)
-}
-
-// jobState is what a refused finish must leave unchanged: the row's
-// lease columns and the job's events.
-func jobState(t *testing.T, ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) string {
-	t.Helper()
-	var s string
-	if err := pool.QueryRow(ctx, `
-		SELECT concat_ws('|', status, stage, run_number, attempt, worker_id, lease_expires_at, finished_at,
-		                 last_error_code, output::text, updated_at,
-		                 (SELECT count(*) FROM job_events e WHERE e.organization_id = j.organization_id AND e.job_id = j.id))
-		FROM job_queue j WHERE id = $1`, id).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // errorText is everything an error can show a caller or a log: its
@@ -111,7 +97,7 @@ func TestFinishWithScopeOutsideItIsNotFoundAndChangesNothing(t *testing.T) {
 				{"org job, other org, wrong worker", orgJob, runledger.Organization(orgB), "intruder"},
 			}
 			for _, c := range cases {
-				before := jobState(t, ctx, pool, c.job.ID)
+				before := testdb.JobState(t, ctx, pool, c.job.ID)
 				_, err := finish(ctx, pool, c.job, &c.scope, c.worker)
 				if !errors.Is(err, runledger.CodeJobNotFound) || runledger.CategoryOf(err) != runledger.CategoryNotFound {
 					t.Fatalf("%s: err = %v (code %q), want job.not_found", c.name, err, runledger.CodeOf(err))
@@ -119,7 +105,7 @@ func TestFinishWithScopeOutsideItIsNotFoundAndChangesNothing(t *testing.T) {
 				if text := errorText(err); strings.Contains(text, *c.job.WorkerID) || strings.Contains(text, "LEASED") {
 					t.Fatalf("%s: a not-found error shows the job's lease: %s", c.name, text)
 				}
-				if after := jobState(t, ctx, pool, c.job.ID); after != before {
+				if after := testdb.JobState(t, ctx, pool, c.job.ID); after != before {
 					t.Fatalf("%s: job changed by a refused finish:\n before %s\n after  %s", c.name, before, after)
 				}
 			}
@@ -184,7 +170,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: runledger.Organization(org)})
 			testdb.Exec(t, pool, `UPDATE job_queue SET priority = 2147483647 WHERE id = $1`, j.ID)
-			got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: holder, Limit: 1})
+			got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{WorkerID: holder, Limit: 1})
 			if len(got) != 1 || got[0].ID != j.ID {
 				t.Fatalf("claimed %v, want %s", testdb.IDs(got), j.ID)
 			}
@@ -196,7 +182,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 
 			// Unscoped: neither the holder nor the job's status, run or
 			// attempt.
-			before := jobState(t, ctx, pool, l.ID)
+			before := testdb.JobState(t, ctx, pool, l.ID)
 			_, err := finish(ctx, pool, req, nil, "intruder")
 			testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 			text := errorText(err)
@@ -211,7 +197,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 			if strings.Contains(text, "run 1") || strings.Contains(text, "attempt 1") {
 				t.Fatalf("unscoped mismatch names the job's run or attempt: %s", text)
 			}
-			if after := jobState(t, ctx, pool, l.ID); after != before {
+			if after := testdb.JobState(t, ctx, pool, l.ID); after != before {
 				t.Fatalf("job changed by a refused finish:\n before %s\n after  %s", before, after)
 			}
 
@@ -227,7 +213,7 @@ func TestFinishLeaseMismatchNeverNamesTheHolder(t *testing.T) {
 			if !errors.As(err, &e) || !strings.Contains(e.Detail, "LEASED at run 1 attempt 1") {
 				t.Fatalf("scoped mismatch detail %q does not say the job is LEASED at run 1 attempt 1", e.Detail)
 			}
-			if after := jobState(t, ctx, pool, l.ID); after != before {
+			if after := testdb.JobState(t, ctx, pool, l.ID); after != before {
 				t.Fatalf("job changed by a refused finish:\n before %s\n after  %s", before, after)
 			}
 

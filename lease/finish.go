@@ -1,4 +1,4 @@
-package jobs
+package lease
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type CompleteRequest struct {
 	// Output is the result as any JSON value; nil stores NULL.
 	Output json.RawMessage
 	// MaxOutputBytes caps len(Output) for this call; zero (or negative)
-	// means DefaultMaxJSONBytes.
+	// means runledger.DefaultMaxJSONBytes.
 	MaxOutputBytes int
 	// ProgressDone and ProgressTotal, when set, record the final progress;
 	// nil keeps the stored value.
@@ -53,11 +53,11 @@ func (r CompleteRequest) Validate() error {
 		return err
 	}
 	if r.Output != nil {
-		if max := jsonLimit(r.MaxOutputBytes); len(r.Output) > max {
-			return invalid(errOutputTooLarge, "job output must be at most %d bytes, got %d", max, len(r.Output))
+		if max := validate.JSONLimit(r.MaxOutputBytes); len(r.Output) > max {
+			return validate.Invalid(errOutputTooLarge, "job output must be at most %d bytes, got %d", max, len(r.Output))
 		}
-		if err := validateJSON(r.Output); err != nil {
-			return invalid(errOutputInvalid, "job output: %v", err)
+		if err := validate.JSONB(r.Output); err != nil {
+			return validate.Invalid(errOutputInvalid, "job output: %v", err)
 		}
 	}
 	return validateProgress(r.ProgressDone, r.ProgressTotal)
@@ -66,9 +66,9 @@ func (r CompleteRequest) Validate() error {
 func validateProgress(done, total *int64) error {
 	switch {
 	case done != nil && *done < 0, total != nil && *total < 0:
-		return invalid(errProgressInvalid, "progress must not be negative")
+		return validate.Invalid(errProgressInvalid, "progress must not be negative")
 	case done != nil && total != nil && *done > *total:
-		return invalid(errProgressInvalid, "progress done %d exceeds total %d", *done, *total)
+		return validate.Invalid(errProgressInvalid, "progress done %d exceeds total %d", *done, *total)
 	}
 	return nil
 }
@@ -96,10 +96,10 @@ func (r CompleteRequest) lease() heldLease {
 // When the statement was sent and its reply lost (the connection dropped,
 // or ctx ended and the server did not answer the cancel in time), the job
 // may or may not be completed: the error matches
-// runledger.ErrCommitUnconfirmed. Read the job back (Get) to learn which;
+// runledger.ErrCommitUnconfirmed. Read the job back (inspect.Get) to learn which;
 // a blind retry answers a lease mismatch if the first call won.
 func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (runledger.Job, error) {
-	return ownedWrite(ctx, pool, "job completion", req, completeOne)
+	return txn.OwnedWrite(ctx, pool, "job completion", req, completeOne)
 }
 
 // CompleteTx is Complete inside the caller's transaction, which it never
@@ -107,10 +107,10 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, req CompleteRequest) (run
 // REPEATABLE READ or SERIALIZABLE a job changed by a concurrent committed
 // transaction fails with a Transient serialization error.
 func CompleteTx(ctx context.Context, tx pgx.Tx, req CompleteRequest) (runledger.Job, error) {
-	return joinedWrite(ctx, tx, "job completion", req, completeOne)
+	return txn.JoinedWrite(ctx, tx, "job completion", req, completeOne)
 }
 
-// CompleteMany completes a batch of leased jobs (1 to MaxLimit, each job
+// CompleteMany completes a batch of leased jobs (1 to runledger.MaxLimit, each job
 // once, every entry validated first) in one statement on the pool, each
 // fenced on its lease as Complete is. It returns one result per entry, in
 // order: the job as stored, or runledger.CodeLeaseMismatch for an entry
@@ -253,15 +253,15 @@ func (r FailRequest) Validate() error {
 		return err
 	}
 	if !validate.Clean(r.ErrorCode) || !validate.Clean(r.ErrorMessage) {
-		return invalid(errFailureInvalid, "failure error code or message holds a NUL byte or invalid UTF-8")
+		return validate.Invalid(errFailureInvalid, "failure error code or message holds a NUL byte or invalid UTF-8")
 	}
 	if r.RetryDelay != nil && *r.RetryDelay < 0 {
-		return invalid(errRetryDelayInvalid, "retry delay must not be negative, got %s", *r.RetryDelay)
+		return validate.Invalid(errRetryDelayInvalid, "retry delay must not be negative, got %s", *r.RetryDelay)
 	}
 	switch r.Kind {
 	case "", runledger.FailureRetryable, runledger.FailureTerminal, runledger.FailurePanicked, runledger.FailureTimeout:
 	default:
-		return invalid(errFailureInvalid, "failure kind %q is not RETRYABLE, TERMINAL, PANICKED or TIMEOUT", r.Kind)
+		return validate.Invalid(errFailureInvalid, "failure kind %q is not RETRYABLE, TERMINAL, PANICKED or TIMEOUT", r.Kind)
 	}
 	if err := validateProgress(r.ProgressDone, r.ProgressTotal); err != nil {
 		return err
@@ -327,16 +327,16 @@ func Backoff(attempt int32) time.Duration {
 // records the failure kind, and the execution resource claim is released.
 // A lost reply is runledger.ErrCommitUnconfirmed, as for Complete.
 func Fail(ctx context.Context, pool *pgxpool.Pool, req FailRequest) (runledger.Job, error) {
-	return ownedWrite(ctx, pool, "job failure", req, failOne)
+	return txn.OwnedWrite(ctx, pool, "job failure", req, failOne)
 }
 
 // FailTx is Fail inside the caller's transaction, which it never commits
 // or rolls back; the job stays locked until it ends.
 func FailTx(ctx context.Context, tx pgx.Tx, req FailRequest) (runledger.Job, error) {
-	return joinedWrite(ctx, tx, "job failure", req, failOne)
+	return txn.JoinedWrite(ctx, tx, "job failure", req, failOne)
 }
 
-// FailMany records a batch of failed attempts (1 to MaxLimit, each job
+// FailMany records a batch of failed attempts (1 to runledger.MaxLimit, each job
 // once, every entry validated first) in one statement on the pool, each as
 // Fail does and fenced on its lease; results as CompleteMany's.
 func FailMany(ctx context.Context, pool *pgxpool.Pool, reqs []FailRequest) ([]Result[runledger.Job], error) {

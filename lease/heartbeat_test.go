@@ -1,4 +1,4 @@
-package jobs_test
+package lease_test
 
 import (
 	"encoding/json"
@@ -13,10 +13,11 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
-func heartbeatFor(j runledger.Job) jobs.HeartbeatRequest {
-	return jobs.HeartbeatRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID, Lease: time.Minute}
+func heartbeatFor(j runledger.Job) lease.HeartbeatRequest {
+	return lease.HeartbeatRequest{JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt, WorkerID: *j.WorkerID, Lease: time.Minute}
 }
 
 // expire moves a lease's end into the past by the database clock.
@@ -37,7 +38,7 @@ func TestHeartbeatRenewsTheLeaseAndRecordsChangedProgress(t *testing.T) {
 
 	r := heartbeatFor(l)
 	r.Lease = 10 * time.Minute
-	hb, err := jobs.Heartbeat(ctx, pool, r)
+	hb, err := lease.Heartbeat(ctx, pool, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestHeartbeatRenewsTheLeaseAndRecordsChangedProgress(t *testing.T) {
 
 	r.ProgressDone, r.ProgressTotal = testdb.Ptr[int64](2), testdb.Ptr[int64](5)
 	r.Checkpoint = json.RawMessage(`{"cursor": 2}`)
-	hb, err = jobs.Heartbeat(ctx, pool, r)
+	hb, err = lease.Heartbeat(ctx, pool, r)
 	if err != nil || !hb.Recorded || *hb.ProgressDone != 2 || *hb.ProgressTotal != 5 {
 		t.Fatalf("progress heartbeat = %+v, %v", hb, err)
 	}
@@ -63,7 +64,7 @@ func TestHeartbeatRenewsTheLeaseAndRecordsChangedProgress(t *testing.T) {
 	}
 	testdb.JSONEqual(t, "checkpoint", testdb.Scalar[[]byte](t, pool, `SELECT checkpoint FROM job_queue WHERE id = $1`, l.ID), `{"cursor":2}`)
 	events := testdb.Count(t, pool, "job_events")
-	if hb, err = jobs.Heartbeat(ctx, pool, r); err != nil || hb.Recorded {
+	if hb, err = lease.Heartbeat(ctx, pool, r); err != nil || hb.Recorded {
 		t.Fatalf("the same progress again = %+v, %v; want no event", hb, err)
 	}
 	if n := testdb.Count(t, pool, "job_events"); n != events {
@@ -82,15 +83,15 @@ func TestWorkerWritesRefusedAfterTheLeaseExpired(t *testing.T) {
 	expire(t, pool, l.ID)
 	before := testdb.Count(t, pool, "job_events")
 
-	_, err := jobs.Heartbeat(ctx, pool, heartbeatFor(l))
+	_, err := lease.Heartbeat(ctx, pool, heartbeatFor(l))
 	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	cr := testdb.CompleteRequest(l)
 	cr.Scope = &scope
-	_, err = jobs.Complete(ctx, pool, cr)
+	_, err = lease.Complete(ctx, pool, cr)
 	if e := testdb.WantCode(t, err, runledger.CodeLeaseMismatch); !strings.Contains(e.Detail, "expired") {
 		t.Fatalf("scoped detail %q does not say the lease expired", e.Detail)
 	}
-	_, err = jobs.Fail(ctx, pool, testdb.FailRequest(l))
+	_, err = lease.Fail(ctx, pool, testdb.FailRequest(l))
 	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
 	if st := testdb.Scalar[string](t, pool, `SELECT status::text FROM job_queue WHERE id = $1`, l.ID); st != "LEASED" || testdb.Count(t, pool, "job_events") != before {
 		t.Fatalf("job %s, %d events written; want it untouched", st, testdb.Count(t, pool, "job_events")-before)
@@ -100,9 +101,9 @@ func TestWorkerWritesRefusedAfterTheLeaseExpired(t *testing.T) {
 	if _, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{JobID: c.ID}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = jobs.Heartbeat(ctx, pool, heartbeatFor(c))
+	_, err = lease.Heartbeat(ctx, pool, heartbeatFor(c))
 	testdb.WantCode(t, err, runledger.CodeLeaseMismatch)
-	_, err = jobs.Heartbeat(ctx, pool, jobs.HeartbeatRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w", Lease: time.Minute})
+	_, err = lease.Heartbeat(ctx, pool, lease.HeartbeatRequest{JobID: uuid.New(), RunNumber: 1, Attempt: 1, WorkerID: "w", Lease: time.Minute})
 	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 }
 
@@ -116,7 +117,7 @@ func TestExpiredWorkerRacesTheNewClaimant(t *testing.T) {
 	old := claimOnly(t, ctx, pool, j.ID)
 	expire(t, pool, j.ID)
 	// Recovery makes the job due after its retry delay; make it due now.
-	if rec, err := jobs.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec) != 1 {
+	if rec, err := lease.RecoverExpiredLeases(ctx, pool, 10); err != nil || len(rec) != 1 {
 		t.Fatalf("recover: %d, %v", len(rec), err)
 	}
 	testdb.Exec(t, pool, `UPDATE job_queue SET next_run_at = now() WHERE id = $1`, j.ID)
@@ -133,7 +134,7 @@ func TestExpiredWorkerRacesTheNewClaimant(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, errs[i] = jobs.Complete(ctx, pool, testdb.CompleteRequest(l))
+			_, errs[i] = lease.Complete(ctx, pool, testdb.CompleteRequest(l))
 		}()
 	}
 	close(start)
@@ -162,9 +163,9 @@ func TestBatchWritesAreFencedPerEntry(t *testing.T) {
 	}
 	expire(t, pool, leased[3].ID)
 
-	hb := []jobs.HeartbeatRequest{heartbeatFor(leased[0]), heartbeatFor(leased[1]), heartbeatFor(leased[2]), heartbeatFor(leased[3])}
+	hb := []lease.HeartbeatRequest{heartbeatFor(leased[0]), heartbeatFor(leased[1]), heartbeatFor(leased[2]), heartbeatFor(leased[3])}
 	hb[1].ProgressDone = testdb.Ptr[int64](1)
-	res, err := jobs.HeartbeatMany(ctx, pool, hb)
+	res, err := lease.HeartbeatMany(ctx, pool, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,14 +176,14 @@ func TestBatchWritesAreFencedPerEntry(t *testing.T) {
 	}
 	testdb.WantCode(t, res[3].Err, runledger.CodeLeaseMismatch)
 
-	done, err := jobs.CompleteMany(ctx, pool, []jobs.CompleteRequest{
+	done, err := lease.CompleteMany(ctx, pool, []lease.CompleteRequest{
 		{JobID: leased[0].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[0].WorkerID, Output: json.RawMessage(`{"n":0}`)},
 		{JobID: leased[3].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[3].WorkerID},
 	})
 	if err != nil || done[0].Err != nil || done[0].Value.Status != runledger.JobStatusSucceeded || done[1].Err == nil {
 		t.Fatalf("complete many = %+v, %v", done, err)
 	}
-	failed, err := jobs.FailMany(ctx, pool, []jobs.FailRequest{
+	failed, err := lease.FailMany(ctx, pool, []lease.FailRequest{
 		{JobID: leased[1].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[1].WorkerID, Kind: runledger.FailureTimeout, RetryDelay: testdb.Ptr(time.Duration(0))},
 		{JobID: leased[2].ID, RunNumber: 1, Attempt: 1, WorkerID: *leased[2].WorkerID, Kind: runledger.FailurePanicked, ErrorCode: "worker.panicked"},
 	})
@@ -195,11 +196,11 @@ func TestBatchWritesAreFencedPerEntry(t *testing.T) {
 		}
 	}
 
-	if _, err := jobs.CompleteMany(ctx, testdb.ClosedPool(t), nil); !errors.Is(err, runledger.Code("job.batch_invalid")) {
+	if _, err := lease.CompleteMany(ctx, testdb.ClosedPool(t), nil); !errors.Is(err, runledger.Code("job.batch_invalid")) {
 		t.Fatalf("empty batch: %v", err)
 	}
-	dup := jobs.CompleteRequest{JobID: leased[0].ID, RunNumber: 1, Attempt: 1, WorkerID: "w"}
-	if _, err := jobs.CompleteMany(ctx, testdb.ClosedPool(t), []jobs.CompleteRequest{dup, dup}); !errors.Is(err, runledger.Code("job.batch_invalid")) {
+	dup := lease.CompleteRequest{JobID: leased[0].ID, RunNumber: 1, Attempt: 1, WorkerID: "w"}
+	if _, err := lease.CompleteMany(ctx, testdb.ClosedPool(t), []lease.CompleteRequest{dup, dup}); !errors.Is(err, runledger.Code("job.batch_invalid")) {
 		t.Fatalf("duplicate entries: %v", err)
 	}
 }
@@ -211,7 +212,7 @@ func TestReleaseHandsBackWithoutSpendingTheAttempt(t *testing.T) {
 	t.Parallel()
 	ctx, pool := setup(t)
 	l := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer"})
-	res, err := jobs.Release(ctx, pool, []jobs.ReleaseRequest{{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID}})
+	res, err := lease.Release(ctx, pool, []lease.ReleaseRequest{{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID}})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("release: %+v, %v", res, err)
 	}
@@ -227,7 +228,7 @@ func TestReleaseHandsBackWithoutSpendingTheAttempt(t *testing.T) {
 		t.Fatalf("%d resource claims left", n)
 	}
 	// The released lease is gone: releasing it again is refused.
-	res, err = jobs.Release(ctx, pool, []jobs.ReleaseRequest{{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID}})
+	res, err = lease.Release(ctx, pool, []lease.ReleaseRequest{{JobID: l.ID, RunNumber: l.RunNumber, Attempt: l.Attempt, WorkerID: *l.WorkerID}})
 	if err != nil || !errors.Is(res[0].Err, runledger.CodeLeaseMismatch) {
 		t.Fatalf("second release: %+v, %v", res, err)
 	}

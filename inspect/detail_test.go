@@ -1,4 +1,4 @@
-package jobs_test
+package inspect_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
 	"github.com/runledger-go/runledger/replay"
@@ -24,7 +25,7 @@ func TestGetDetailReadsJobEventsAndLineage(t *testing.T) {
 		t.Fatalf("replay outcome = %#v, %v", out, err)
 	}
 
-	d, err := jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: scope, JobID: source.ID})
+	d, err := inspect.GetDetail(ctx, pool, inspect.DetailRequest{Scope: scope, JobID: source.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestGetDetailReadsJobEventsAndLineage(t *testing.T) {
 		t.Fatalf("source lineage = %+v, %+v", d.Replays, d.ReplayedFrom)
 	}
 
-	d, err = jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: scope, JobID: r.Replay.JobID})
+	d, err = inspect.GetDetail(ctx, pool, inspect.DetailRequest{Scope: scope, JobID: r.Replay.JobID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestGetDetailReadsJobEventsAndLineage(t *testing.T) {
 		t.Fatalf("replay origin = %+v", d.ReplayedFrom)
 	}
 
-	_, err = jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: runledger.Global(), JobID: source.ID})
+	_, err = inspect.GetDetail(ctx, pool, inspect.DetailRequest{Scope: runledger.Global(), JobID: source.ID})
 	testdb.WantCode(t, err, runledger.CodeJobNotFound)
 }
 
@@ -70,10 +71,10 @@ func TestGetDetailPagesEventsAndReplays(t *testing.T) {
 	all := testdb.Column[int64](t, pool, `SELECT id FROM job_events WHERE job_id = $1 ORDER BY id`, source.ID)
 
 	var seen []int64
-	req := jobs.DetailRequest{Scope: scope, JobID: source.ID, EventLimit: 4, ReplayLimit: 2}
+	req := inspect.DetailRequest{Scope: scope, JobID: source.ID, EventLimit: 4, ReplayLimit: 2}
 	var replays []uuid.UUID
 	for page := 0; ; page++ {
-		d, err := jobs.GetDetail(ctx, pool, req)
+		d, err := inspect.GetDetail(ctx, pool, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func TestGetDetailPagesEventsAndReplays(t *testing.T) {
 			t.Fatalf("replays %v, want %v", replays, want)
 		}
 	}
-	if _, err := jobs.GetDetail(ctx, pool, jobs.DetailRequest{Scope: scope, JobID: source.ID, EventLimit: 1001}); !errors.Is(err, runledger.Code("job.event_limit_invalid")) {
+	if _, err := inspect.GetDetail(ctx, pool, inspect.DetailRequest{Scope: scope, JobID: source.ID, EventLimit: 1001}); !errors.Is(err, runledger.Code("job.event_limit_invalid")) {
 		t.Fatalf("event limit over 1000: %v", err)
 	}
 }

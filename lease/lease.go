@@ -1,4 +1,4 @@
-package jobs
+package lease
 
 import (
 	"bytes"
@@ -233,11 +233,11 @@ func validateLeaseScope(scope *runledger.Scope, workerID string) error {
 }
 
 // validateBatch validates every request of a batch (the first failure wins,
-// its detail naming the entry) and that the batch holds 1 to MaxLimit
+// its detail naming the entry) and that the batch holds 1 to runledger.MaxLimit
 // entries, each job once.
 func validateBatch[R interface{ Validate() error }](reqs []R, lease func(R) heldLease) error {
-	if len(reqs) == 0 || len(reqs) > MaxLimit {
-		return invalid(errBatchInvalid, "batch holds %d entries, want 1 to %d", len(reqs), MaxLimit)
+	if len(reqs) == 0 || len(reqs) > runledger.MaxLimit {
+		return validate.Invalid(errBatchInvalid, "batch holds %d entries, want 1 to %d", len(reqs), runledger.MaxLimit)
 	}
 	seen := make(map[uuid.UUID]int, len(reqs))
 	for i, r := range reqs {
@@ -250,7 +250,7 @@ func validateBatch[R interface{ Validate() error }](reqs []R, lease func(R) held
 		}
 		id := lease(r).JobID
 		if j, ok := seen[id]; ok {
-			return invalid(errBatchInvalid, "entries %d and %d are both job %s", j+1, i+1, id)
+			return validate.Invalid(errBatchInvalid, "entries %d and %d are both job %s", j+1, i+1, id)
 		}
 		seen[id] = i
 	}
@@ -362,4 +362,16 @@ func classifyLeaseMiss(ctx context.Context, q db.DBTX, op string, want heldLease
 	return errs.LeaseMismatch.Newf(
 		"%s job %s: job is %s at run %d attempt %d; %s",
 		op, want.JobID, actual.Status, actual.RunNumber, actual.Attempt, request)
+}
+
+// validateWorkerID checks a worker id like a job type, without a length
+// limit.
+func validateWorkerID(workerID string) error {
+	switch validate.Text(workerID, 0) {
+	case validate.Blank:
+		return validate.Invalid(errWorkerIDBlank, "worker id %q is blank", workerID)
+	case validate.Unclean:
+		return validate.Invalid(errWorkerIDInvalid, "worker id holds a NUL byte or invalid UTF-8")
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package jobs
+package inspect
 
 import (
 	"context"
@@ -33,7 +33,7 @@ type SearchRequest struct {
 	// finished_at in [FinishedSince, FinishedUntil); a job that has not
 	// finished matches neither.
 	FinishedSince, FinishedUntil *time.Time
-	// Limit is the page size, 1 to MaxLimit.
+	// Limit is the page size, 1 to runledger.MaxLimit.
 	Limit int
 	// Before continues after a previous page (its Next); nil starts at the
 	// newest job.
@@ -51,24 +51,24 @@ func (r SearchRequest) Validate() error {
 			return err
 		}
 	}
-	if err := validateLimit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
+	if err := validate.Limit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
 		return err
 	}
 	if r.Status != nil {
 		if _, err := rows.ParseStatus(string(*r.Status)); err != nil {
-			return invalid(errListFilterInvalid, "status %q is not a job status", *r.Status)
+			return validate.Invalid(errListFilterInvalid, "status %q is not a job status", *r.Status)
 		}
 	}
 	if r.JobType != "" {
-		if err := validateJobType(r.JobType); err != nil {
+		if err := validate.JobType(r.JobType); err != nil {
 			return err
 		}
 	}
 	if r.ErrorCode != "" && validate.Text(r.ErrorCode, 255) != validate.OK {
-		return invalid(errListFilterInvalid, "error code filter of %d bytes is blank, holds NUL or invalid UTF-8, or is too long", len(r.ErrorCode))
+		return validate.Invalid(errListFilterInvalid, "error code filter of %d bytes is blank, holds NUL or invalid UTF-8, or is too long", len(r.ErrorCode))
 	}
 	if r.FinishedSince != nil && r.FinishedUntil != nil && !r.FinishedSince.Before(*r.FinishedUntil) {
-		return invalid(errListFilterInvalid, "finished-since %s is not before finished-until %s", r.FinishedSince, r.FinishedUntil)
+		return validate.Invalid(errListFilterInvalid, "finished-since %s is not before finished-until %s", r.FinishedSince, r.FinishedUntil)
 	}
 	return nil
 }

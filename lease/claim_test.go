@@ -1,4 +1,4 @@
-package jobs_test
+package lease_test
 
 import (
 	"slices"
@@ -11,8 +11,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runledger-go/runledger"
+	"github.com/runledger-go/runledger/inspect"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 func TestClaimOrderIsPriorityThenDueTimeThenAge(t *testing.T) {
@@ -24,11 +26,11 @@ func TestClaimOrderIsPriorityThenDueTimeThenAge(t *testing.T) {
 	older := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](10), RunAt: testdb.Ptr(now.Add(-2 * time.Minute))})
 	younger := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Priority: testdb.Ptr[int32](10), RunAt: testdb.Ptr(now.Add(-2 * time.Minute))})
 
-	first := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 1})
+	first := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 1})
 	if len(first) != 1 || first[0].ID != older.ID {
 		t.Fatalf("first claim = %v, want the older of the earliest-due high-priority jobs %s", testdb.IDs(first), older.ID)
 	}
-	rest := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	rest := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10})
 	want := []uuid.UUID{younger.ID, laterDue.ID, low.ID}
 	if !slices.Equal(testdb.IDs(rest), want) {
 		t.Fatalf("rest claimed in order %v, want %v", testdb.IDs(rest), want)
@@ -53,7 +55,7 @@ func TestClaimSkipsRowsLockedByAnotherTransaction(t *testing.T) {
 
 	// Were the claim to wait for the held row, it would block until the
 	// test's deadline; SKIP LOCKED returns at once without it.
-	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10})
 	if !slices.Equal(testdb.IDs(got), []uuid.UUID{free.ID}) {
 		t.Fatalf("claimed %v while %s was locked, want only %s", testdb.IDs(got), held.ID, free.ID)
 	}
@@ -71,7 +73,7 @@ func TestClaimLeavesJobsNotYetDue(t *testing.T) {
 	if future.Stage != runledger.JobStageScheduled {
 		t.Fatalf("future job stage = %s, want scheduled", future.Stage)
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{}); len(got) != 0 {
 		t.Fatalf("claimed %v, want nothing (the only job is due in an hour)", testdb.IDs(got))
 	}
 	testdb.Exec(t, pool, `UPDATE job_queue SET next_run_at = now() - interval '1 second' WHERE id = $1`, future.ID)
@@ -87,7 +89,7 @@ func TestClaimFiltersByJobTypes(t *testing.T) {
 	sms := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "sms"})
 	push := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "push"})
 
-	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{JobTypes: []string{"sms", "push"}})
+	got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{JobTypes: []string{"sms", "push"}})
 	gotIDs := testdb.IDs(got)
 	sort.Slice(gotIDs, func(i, j int) bool { return gotIDs[i].String() < gotIDs[j].String() })
 	want := []uuid.UUID{sms.ID, push.ID}
@@ -105,13 +107,13 @@ func TestClaimLimitsBatch(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 2}); len(got) != 2 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 2}); len(got) != 2 {
 		t.Fatalf("claimed %d jobs with limit 2", len(got))
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 3 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10}); len(got) != 3 {
 		t.Fatalf("claimed %d jobs after the first batch, want the 3 left", len(got))
 	}
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); got == nil || len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10}); got == nil || len(got) != 0 {
 		t.Fatalf("claim of an empty queue = %#v, want an empty non-nil slice", got)
 	}
 }
@@ -121,7 +123,7 @@ func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
 	ctx, pool := setup(t)
 	j := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{})
 	before := time.Now()
-	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{WorkerID: "w-7", Lease: 45 * time.Second})
+	got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{WorkerID: "w-7", Lease: 45 * time.Second})
 	if len(got) != 1 {
 		t.Fatalf("claimed %d jobs", len(got))
 	}
@@ -152,7 +154,7 @@ func TestClaimLeasesJobAndWritesLeasedEvent(t *testing.T) {
 	}
 
 	// A second claim and a retry after a failure count the attempt up.
-	if _, err := jobs.Fail(ctx, pool, jobs.FailRequest{JobID: l.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-7", RetryDelay: testdb.Ptr(time.Duration(0))}); err != nil {
+	if _, err := lease.Fail(ctx, pool, lease.FailRequest{JobID: l.ID, RunNumber: 1, Attempt: 1, WorkerID: "w-7", RetryDelay: testdb.Ptr(time.Duration(0))}); err != nil {
 		t.Fatal(err)
 	}
 	again := claimOnly(t, ctx, pool, j.ID)
@@ -170,7 +172,7 @@ func TestClaimHoldsOneLeasePerExecutionResource(t *testing.T) {
 
 	// Both keyed jobs are candidates of one batch; only the first in claim
 	// order takes the key.
-	got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10})
+	got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10})
 	if !slices.Equal(testdb.IDs(got), []uuid.UUID{first.ID, unrelated.ID}) {
 		t.Fatalf("first claim = %v, want %s (holds printer-1) and the unkeyed %s", testdb.IDs(got), first.ID, unrelated.ID)
 	}
@@ -178,10 +180,10 @@ func TestClaimHoldsOneLeasePerExecutionResource(t *testing.T) {
 		t.Fatalf("claim rows for the first job = %d, want 1", n)
 	}
 	// While the first is leased, the second is not claimable.
-	if got := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}); len(got) != 0 {
+	if got := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
 		t.Fatalf("claimed %v while printer-1 was held", testdb.IDs(got))
 	}
-	if _, err := jobs.Complete(ctx, pool, testdb.CompleteRequest(got[0])); err != nil {
+	if _, err := lease.Complete(ctx, pool, testdb.CompleteRequest(got[0])); err != nil {
 		t.Fatal(err)
 	}
 	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_execution_resource_claims`); n != 0 {
@@ -201,7 +203,7 @@ func TestExecutionResourceKeysAreExclusivePerTenant(t *testing.T) {
 	bOnly := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{Scope: b, ExecutionResourceKey: "printer-1"})
 	global := testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{ExecutionResourceKey: "printer-1"})
 
-	got := testdb.IDs(testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: 10}))
+	got := testdb.IDs(testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: 10}))
 	slices.SortFunc(got, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
 	want := []uuid.UUID{aFirst.ID, bOnly.ID, global.ID}
 	slices.SortFunc(want, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
@@ -231,7 +233,7 @@ func TestConcurrentClaimsNeverLeaseAJobTwice(t *testing.T) {
 		go func(worker int) {
 			defer wg.Done()
 			for {
-				got, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w", Limit: 3, Lease: time.Minute})
+				got, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w", Limit: 3, Lease: time.Minute})
 				if err != nil {
 					errsCh <- err
 					return
@@ -276,7 +278,7 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	mine, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "w1", Limit: 1, Lease: time.Minute})
+	mine, err := lease.ClaimTx(ctx, tx, lease.ClaimRequest{WorkerID: "w1", Limit: 1, Lease: time.Minute})
 	if err != nil || len(mine) != 1 || mine[0].ID != first.ID {
 		t.Fatalf("ClaimTx = %v, %v; want %s", testdb.IDs(mine), err, first.ID)
 	}
@@ -287,7 +289,7 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		got, err := jobs.Claim(ctx, pool, jobs.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute})
+		got, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "w2", Limit: 10, Lease: time.Minute})
 		done <- result{got, err}
 	}()
 	// The second claimer passes the locked first job by, finds the second
@@ -307,7 +309,7 @@ func TestClaimWaitsForUncommittedResourceClaimThenLeavesKeyToIt(t *testing.T) {
 	if n := testdb.Scalar[int](t, pool, `SELECT count(*) FROM job_queue WHERE status = 'LEASED'`); n != 1 {
 		t.Fatalf("%d leased jobs share key k", n)
 	}
-	if j, err := jobs.Get(ctx, pool, runledger.Global(), second.ID); err != nil || j.Status != runledger.JobStatusPending || j.Attempt != 0 {
+	if j, err := inspect.Get(ctx, pool, runledger.Global(), second.ID); err != nil || j.Status != runledger.JobStatusPending || j.Attempt != 0 {
 		t.Fatalf("second job = %s attempt %d, %v; want untouched PENDING", j.Status, j.Attempt, err)
 	}
 }
@@ -320,7 +322,7 @@ func TestClaimTxLeasesNothingWhenCallerRollsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := jobs.ClaimTx(ctx, tx, jobs.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(got) != 1 {
+	if got, err := lease.ClaimTx(ctx, tx, lease.ClaimRequest{WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(got) != 1 {
 		t.Fatalf("ClaimTx = %v, %v", testdb.IDs(got), err)
 	}
 	if err := tx.Rollback(ctx); err != nil {

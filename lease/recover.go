@@ -1,4 +1,4 @@
-package jobs
+package lease
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // RecoveryLockKey is the PostgreSQL advisory lock (transaction-level) that
@@ -19,7 +20,7 @@ import (
 // processes.
 const RecoveryLockKey int64 = 0x726c_7265_636f // "rlreco"
 
-// RecoverExpiredLeases takes back up to limit (1 to MaxLimit, else
+// RecoverExpiredLeases takes back up to limit (1 to runledger.MaxLimit, else
 // job.recover_limit_invalid) leases that expired by the database clock,
 // oldest expiry first, in a READ COMMITTED transaction of its own, and
 // returns the recovered jobs as stored after. Only one recovery runs at a
@@ -36,7 +37,7 @@ const RecoveryLockKey int64 = 0x726c_7265_636f // "rlreco"
 // Complete or Fail refused (runledger.CodeLeaseMismatch); those were
 // already refused once the lease expired.
 func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([]runledger.Job, error) {
-	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
+	if err := validate.Limit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
 	s, err := txn.Own(ctx, pool, recoveryOperation)
@@ -51,7 +52,7 @@ func RecoverExpiredLeases(ctx context.Context, pool *pgxpool.Pool, limit int) ([
 // transaction, which it never commits or rolls back; the recovered jobs
 // stay locked until it ends.
 func RecoverExpiredLeasesTx(ctx context.Context, tx pgx.Tx, limit int) ([]runledger.Job, error) {
-	if err := validateLimit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
+	if err := validate.Limit(limit, errRecoverLimitInvalid, "lease recovery limit"); err != nil {
 		return nil, err
 	}
 	return recoverExpired(ctx, txn.Join(tx, recoveryOperation), limit)

@@ -1,4 +1,4 @@
-package jobs_test
+package lease_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/jobs"
+	"github.com/runledger-go/runledger/lease"
 )
 
 // TestWorkerWritesLockInIDOrder races a heartbeat round and a completion
@@ -28,12 +29,13 @@ import (
 // the heartbeat, once it has the highest, waits for the completion's: a
 // deadlock, reported as a transient error to one of them.
 func TestWorkerWritesLockInIDOrder(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	const n = 40
 	for range n {
 		testdb.Enqueue(t, ctx, pool, jobs.EnqueueRequest{JobType: "email"})
 	}
-	leased := testdb.Claim(t, ctx, pool, jobs.ClaimRequest{Limit: n, Lease: time.Minute})
+	leased := testdb.Claim(t, ctx, pool, lease.ClaimRequest{Limit: n, Lease: time.Minute})
 	if len(leased) != n {
 		t.Fatalf("claimed %d jobs, want %d", len(leased), n)
 	}
@@ -55,15 +57,15 @@ func TestWorkerWritesLockInIDOrder(t *testing.T) {
 	}
 	defer beatConn.Release()
 	beatTx := testdb.Begin(t, ctx, beatConn)
-	beats := make([]jobs.HeartbeatRequest, n)
+	beats := make([]lease.HeartbeatRequest, n)
 	for i, j := range beatOrder {
 		s := j.Scope()
-		beats[i] = jobs.HeartbeatRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt,
+		beats[i] = lease.HeartbeatRequest{Scope: &s, JobID: j.ID, RunNumber: j.RunNumber, Attempt: j.Attempt,
 			WorkerID: *j.WorkerID, Lease: time.Minute}
 	}
 	beatDone := make(chan error, 1)
 	go func() {
-		res, err := jobs.HeartbeatManyTx(ctx, beatTx, beats)
+		res, err := lease.HeartbeatManyTx(ctx, beatTx, beats)
 		if err == nil {
 			err = firstErr(res)
 		}
@@ -77,13 +79,13 @@ func TestWorkerWritesLockInIDOrder(t *testing.T) {
 	}
 	defer completeConn.Release()
 	completeTx := testdb.Begin(t, ctx, completeConn)
-	completions := make([]jobs.CompleteRequest, n)
+	completions := make([]lease.CompleteRequest, n)
 	for i, j := range ascending {
 		completions[i] = testdb.CompleteRequest(j)
 	}
 	completeDone := make(chan error, 1)
 	go func() {
-		res, err := jobs.CompleteManyTx(ctx, completeTx, completions)
+		res, err := lease.CompleteManyTx(ctx, completeTx, completions)
 		if err == nil {
 			err = firstErr(res)
 		}
@@ -115,12 +117,13 @@ func TestWorkerWritesLockInIDOrder(t *testing.T) {
 // from them), puts the progress in its event, and keeps the stored values
 // when it gives none.
 func TestFailStoresProgressAndCheckpoint(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	j := testdb.Leased(t, ctx, pool, jobs.EnqueueRequest{JobType: "email"})
 	req := testdb.FailRequest(j)
 	req.ProgressDone, req.ProgressTotal = testdb.Ptr[int64](3), testdb.Ptr[int64](10)
 	req.Checkpoint = []byte(`{"page": 3}`)
-	got, err := jobs.Fail(ctx, pool, req)
+	got, err := lease.Fail(ctx, pool, req)
 	if err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
@@ -143,7 +146,7 @@ func TestFailStoresProgressAndCheckpoint(t *testing.T) {
 	if string(retry.Checkpoint) != `{"page": 3}` {
 		t.Fatalf("the retry's checkpoint = %s, want {\"page\": 3}", retry.Checkpoint)
 	}
-	if _, err := jobs.Fail(ctx, pool, testdb.FailRequest(retry)); err != nil {
+	if _, err := lease.Fail(ctx, pool, testdb.FailRequest(retry)); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	if cp := testdb.Scalar[string](t, pool, `SELECT checkpoint::text FROM job_queue WHERE id = $1`, j.ID); cp != `{"page": 3}` {
@@ -155,7 +158,8 @@ func TestFailStoresProgressAndCheckpoint(t *testing.T) {
 // and checkpoint are refused as a heartbeat's are, before any database
 // work.
 func TestFailValidatesProgressAndCheckpoint(t *testing.T) {
-	base := jobs.FailRequest{WorkerID: "w"}
+	t.Parallel()
+	base := lease.FailRequest{WorkerID: "w"}
 	bad := base
 	bad.ProgressDone, bad.ProgressTotal = testdb.Ptr[int64](5), testdb.Ptr[int64](4)
 	testdb.WantCode(t, bad.Validate(), "job.progress_invalid")
@@ -175,7 +179,7 @@ func deadlocks(t *testing.T, ctx context.Context, q testdb.Querier) int64 {
 	return testdb.Scalar[int64](t, q, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)
 }
 
-func firstErr[T any](res []jobs.Result[T]) error {
+func firstErr[T any](res []lease.Result[T]) error {
 	for _, r := range res {
 		if r.Err != nil {
 			return r.Err

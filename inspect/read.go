@@ -1,4 +1,4 @@
-package jobs
+package inspect
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func scopedEvents[R any](ctx context.Context, q Querier, scope runledger.Scope, 
 	return rows.All(rs, func(r R) (runledger.JobEvent, error) { return rows.Event(event(r)) })
 }
 
-// NewestEvents returns a job's newest limit (1 to MaxLimit, else
+// NewestEvents returns a job's newest limit (1 to runledger.MaxLimit, else
 // job.event_limit_invalid) events, newest first. Scope and empty results
 // behave as in Events. No lock.
 func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid.UUID, limit int) ([]runledger.JobEvent, error) {
@@ -70,7 +70,7 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 	if err := validate.Scope(scope); err != nil {
 		return nil, err
 	}
-	if err := validateLimit(limit, errEventLimitInvalid, "event limit"); err != nil {
+	if err := validate.Limit(limit, errEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
 	rs, err := queries.JobEventListNewestForJob(ctx, q, db.JobEventListNewestForJobParams{
@@ -82,7 +82,7 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 	return scopedEvents(ctx, q, scope, id, rs, func(r db.JobEventListNewestForJobRow) db.JobEvent { return r.JobEvent })
 }
 
-// RecentEventsByType returns the newest limit (1 to MaxLimit, else
+// RecentEventsByType returns the newest limit (1 to runledger.MaxLimit, else
 // job.event_limit_invalid) events of one type that occurred at or after
 // since, newest first, across every scope: an operator read, not for
 // tenant-facing callers. An event type that is not a job_event_type value
@@ -90,9 +90,9 @@ func NewestEvents(ctx context.Context, q Querier, scope runledger.Scope, id uuid
 func RecentEventsByType(ctx context.Context, q Querier, eventType runledger.JobEventType, since time.Time, limit int) ([]runledger.JobEvent, error) {
 	q = txn.Wrap(q)
 	if _, err := rows.ParseEventType(string(eventType)); err != nil {
-		return nil, invalid(errEventFilterInvalid, "event type %q is not a job event type", eventType)
+		return nil, validate.Invalid(errEventFilterInvalid, "event type %q is not a job event type", eventType)
 	}
-	if err := validateLimit(limit, errEventLimitInvalid, "event limit"); err != nil {
+	if err := validate.Limit(limit, errEventLimitInvalid, "event limit"); err != nil {
 		return nil, err
 	}
 	rs, err := queries.JobEventListRecentByType(ctx, q, db.JobEventListRecentByTypeParams{
@@ -129,7 +129,7 @@ type ListRequest struct {
 	// Status, when set, lists only jobs in that status: the newest Limit
 	// of them, in one page (no cursor; Before must be nil).
 	Status *runledger.JobStatus
-	// Limit is the page size, 1 to MaxLimit.
+	// Limit is the page size, 1 to runledger.MaxLimit.
 	Limit int
 	// Before continues a listing after a previous page; nil starts at the
 	// newest job.
@@ -143,7 +143,7 @@ func (r ListRequest) Validate() error {
 	if err := validate.Scope(r.Scope); err != nil {
 		return err
 	}
-	if err := validateLimit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
+	if err := validate.Limit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
 		return err
 	}
 	return validateStatusFilter(r.Status, r.Before)
@@ -154,10 +154,10 @@ func validateStatusFilter(status *runledger.JobStatus, before *Cursor) error {
 		return nil
 	}
 	if _, err := rows.ParseStatus(string(*status)); err != nil {
-		return invalid(errListFilterInvalid, "status %q is not a job status", *status)
+		return validate.Invalid(errListFilterInvalid, "status %q is not a job status", *status)
 	}
 	if before != nil {
-		return invalid(errListFilterInvalid, "a status listing has a single page and takes no cursor")
+		return validate.Invalid(errListFilterInvalid, "a status listing has a single page and takes no cursor")
 	}
 	return nil
 }
@@ -197,7 +197,7 @@ type ListAllRequest struct {
 	// job.list_filter_invalid.
 	JobType string
 	Status  *runledger.JobStatus
-	// Limit is the page size, 1 to MaxLimit.
+	// Limit is the page size, 1 to runledger.MaxLimit.
 	Limit int
 	// Before continues a listing after a previous page.
 	Before *Cursor
@@ -208,14 +208,14 @@ type ListAllRequest struct {
 // (job.list_filter_invalid), the job type (job.job_type_blank,
 // job.job_type_invalid).
 func (r ListAllRequest) Validate() error {
-	if err := validateLimit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
+	if err := validate.Limit(r.Limit, errListLimitInvalid, "list limit"); err != nil {
 		return err
 	}
 	if (r.JobType == "") != (r.Status == nil) {
-		return invalid(errListFilterInvalid, "job type and status filter only together")
+		return validate.Invalid(errListFilterInvalid, "job type and status filter only together")
 	}
 	if r.JobType != "" {
-		if err := validateJobType(r.JobType); err != nil {
+		if err := validate.JobType(r.JobType); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package jobs
+package lease
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
+	"github.com/runledger-go/runledger/internal/validate"
 )
 
 // MaxLease is the longest lease a claim or a heartbeat may ask for.
@@ -47,7 +48,7 @@ type HeartbeatRequest struct {
 	// JSON value), which a later attempt of the run can read to resume.
 	Checkpoint json.RawMessage
 	// MaxCheckpointBytes caps len(Checkpoint) for this call; zero (or
-	// negative) means DefaultMaxJSONBytes.
+	// negative) means runledger.DefaultMaxJSONBytes.
 	MaxCheckpointBytes int
 }
 
@@ -70,16 +71,16 @@ func (r HeartbeatRequest) Validate() error {
 
 // validateCheckpoint checks a checkpoint a heartbeat or a failure stores:
 // nil (keep the stored one), or JSON that jsonb can store of at most max
-// bytes (zero or negative: DefaultMaxJSONBytes).
+// bytes (zero or negative: runledger.DefaultMaxJSONBytes).
 func validateCheckpoint(checkpoint json.RawMessage, max int) error {
 	if checkpoint == nil {
 		return nil
 	}
-	if max := jsonLimit(max); len(checkpoint) > max {
-		return invalid(errCheckpointTooLarge, "job checkpoint must be at most %d bytes, got %d", max, len(checkpoint))
+	if max := validate.JSONLimit(max); len(checkpoint) > max {
+		return validate.Invalid(errCheckpointTooLarge, "job checkpoint must be at most %d bytes, got %d", max, len(checkpoint))
 	}
-	if err := validateJSON(checkpoint); err != nil {
-		return invalid(errCheckpointInvalid, "job checkpoint: %v", err)
+	if err := validate.JSONB(checkpoint); err != nil {
+		return validate.Invalid(errCheckpointInvalid, "job checkpoint: %v", err)
 	}
 	return nil
 }
@@ -88,7 +89,7 @@ func validateCheckpoint(checkpoint json.RawMessage, max int) error {
 // MaxLease.
 func validateLease(d time.Duration) error {
 	if d < time.Microsecond || d > MaxLease {
-		return invalid(errLeaseDurationInvalid, "lease must be between 1µs and %s, got %s", MaxLease, d)
+		return validate.Invalid(errLeaseDurationInvalid, "lease must be between 1µs and %s, got %s", MaxLease, d)
 	}
 	return nil
 }
@@ -127,16 +128,16 @@ type HeartbeatResult struct {
 // nothing more may be written for that attempt. A lost reply is
 // runledger.ErrCommitUnconfirmed.
 func Heartbeat(ctx context.Context, pool *pgxpool.Pool, req HeartbeatRequest) (HeartbeatResult, error) {
-	return ownedWrite(ctx, pool, "job heartbeat", req, heartbeatOne)
+	return txn.OwnedWrite(ctx, pool, "job heartbeat", req, heartbeatOne)
 }
 
 // HeartbeatTx is Heartbeat inside the caller's transaction, which it never
 // commits or rolls back; the job stays locked until it ends.
 func HeartbeatTx(ctx context.Context, tx pgx.Tx, req HeartbeatRequest) (HeartbeatResult, error) {
-	return joinedWrite(ctx, tx, "job heartbeat", req, heartbeatOne)
+	return txn.JoinedWrite(ctx, tx, "job heartbeat", req, heartbeatOne)
 }
 
-// HeartbeatMany renews a batch of leases (1 to MaxLimit, each job once,
+// HeartbeatMany renews a batch of leases (1 to runledger.MaxLimit, each job once,
 // every entry validated first) in one statement on the pool, each as
 // Heartbeat does; one result per entry, in order, a refused entry's error
 // runledger.CodeLeaseMismatch (the batch does not read why). A worker
@@ -258,7 +259,7 @@ func (r ReleaseRequest) Validate() error { return validateLeaseScope(r.Scope, r.
 func (r ReleaseRequest) lease() heldLease { return heldLease(r) }
 
 // Release hands back a batch of leased jobs their worker has not started
-// (1 to MaxLimit, each job once), in one statement on the pool, without
+// (1 to runledger.MaxLimit, each job once), in one statement on the pool, without
 // spending their attempt: each is PENDING again at attempt - 1, stage
 // queued, due as it was, with its worker, lease and start cleared and its
 // execution resource claim released, and one STAGE_CHANGED event naming
