@@ -3,6 +3,7 @@ package schedules_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 
@@ -111,4 +112,18 @@ func exampleTimePasses(ctx context.Context, pool *pgxpool.Pool) {
 	if _, err := pool.Exec(ctx, `UPDATE job_schedules SET next_fire_at = date_trunc('hour', now())`); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// ExampleUpsertRequest_Validate checks a schedule from configuration
+// before any database is at hand, as a program does when it starts.
+func ExampleUpsertRequest_Validate() {
+	for _, cron := range []string{"*/15 * * * *", "@hourly", "0 25 * * *"} {
+		req := schedules.UpsertRequest{Scope: runledger.Global(), Name: "sync", Cron: cron, JobType: "report"}
+		err := req.Validate()
+		fmt.Printf("%-14q valid: %t, cron refused: %t\n", cron, err == nil, errors.Is(err, schedules.CodeCronInvalid))
+	}
+	// Output:
+	// "*/15 * * * *" valid: true, cron refused: false
+	// "@hourly"      valid: false, cron refused: true
+	// "0 25 * * *"   valid: false, cron refused: true
 }
