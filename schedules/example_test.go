@@ -87,6 +87,38 @@ func ExampleFireDue() {
 	// 0 fired this round
 }
 
+// ExampleUpsertTx declares a schedule inside the caller's transaction,
+// together with the caller's own writes: both commit or neither does.
+func ExampleUpsertTx() {
+	ctx := context.Background()
+	pool := exampleDB(ctx)
+	defer pool.Close()
+
+	tx, err := pool.Begin(ctx) // READ COMMITTED, PostgreSQL's default
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+
+	res, err := schedules.UpsertTx(ctx, tx, schedules.UpsertRequest{
+		Scope: runledger.Global(), Name: "weekly-digest", Cron: "0 8 * * MON", JobType: "report",
+	})
+	if err != nil {
+		log.Fatal(err) // the deferred rollback undoes everything
+	}
+	// ... the application's own writes in tx, e.g. the settings row that
+	// turned the digest on ...
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	s, err := schedules.Get(ctx, pool, runledger.Global(), "weekly-digest")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Disposition, s.Name, s.Active)
+	// Output: inserted weekly-digest true
+}
+
 // exampleDB gives the examples a fresh migrated database with job type
 // "report" defined (in an application: pgxpool.New with your database
 // URL; the definition comes from jobs.UpsertDefinition at start-up).
