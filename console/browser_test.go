@@ -103,6 +103,7 @@ func fill(label, text string) chromedp.Action {
 // TestBrowserOperatorFlows drives a real chromium through the console's
 // flows of an on-call operator.
 func TestBrowserOperatorFlows(t *testing.T) {
+	t.Parallel()
 	ctx := newBrowser(t)
 	f := newFixture(t)
 	a := runledger.Organization(f.orgA)
@@ -192,6 +193,7 @@ func TestBrowserOperatorFlows(t *testing.T) {
 // TestBrowserReadOnlyAndScope: a read-only console shows no action and
 // refuses a POST; a scoped console answers 404 for another tenant's job.
 func TestBrowserReadOnlyAndScope(t *testing.T) {
+	t.Parallel()
 	ctx := newBrowser(t)
 	f := newFixture(t)
 	a := runledger.Organization(f.orgA)

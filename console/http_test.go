@@ -16,6 +16,7 @@ import (
 // TestRoutesAuthAndHeaders checks every route's answer without and with
 // authentication, and the security headers on each.
 func TestRoutesAuthAndHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{})
 	job := "/jobs/" + f.succeededA.String()
@@ -85,6 +86,7 @@ func TestRoutesAuthAndHeaders(t *testing.T) {
 // TestCrossOriginPostRefused: a POST from another origin is refused before
 // it acts, even with a valid session.
 func TestCrossOriginPostRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{})
 	form := map[string]string{"run": "1", "key": "k", "reason": "r"}
@@ -100,6 +102,7 @@ func TestCrossOriginPostRefused(t *testing.T) {
 // operator in the replay's ENQUEUED event; a stale run is a mismatch that
 // writes nothing.
 func TestReplayRecordsOperator(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{Operator: func(r *http.Request) (string, bool) {
 		return r.Header.Get("X-User"), r.Header.Get("X-User") != ""
@@ -125,6 +128,7 @@ func TestReplayRecordsOperator(t *testing.T) {
 // TestReadOnlyRefusesActions: read-only mode hides the buttons and refuses
 // every action with 403, whatever the request holds.
 func TestReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{ReadOnly: true})
 	resp, body := do(t, srv, "GET", "/jobs/"+f.succeededA.String(), true, nil, nil)
@@ -145,6 +149,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 // TestScopedConsoleHidesOtherTenants: with a scope, another tenant's job
 // is 404 on its page and to every action.
 func TestScopedConsoleHidesOtherTenants(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	a := runledger.Organization(f.orgA)
 	srv := f.server(t, console.Options{Scope: &a})
@@ -163,6 +168,7 @@ func TestScopedConsoleHidesOtherTenants(t *testing.T) {
 
 // TestPayloadIsEscaped: a payload holding a script tag is shown as text.
 func TestPayloadIsEscaped(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{})
 	resp, body := do(t, srv, "GET", "/jobs/"+f.scriptA.String(), true, nil, nil)
@@ -176,6 +182,7 @@ func TestPayloadIsEscaped(t *testing.T) {
 // longer has writes nothing; the right one cancels and records the
 // operator.
 func TestCancelComparesWhatThePageShowed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{})
 	pending := testdb.Succeeded(runledger.Organization(f.orgA))
@@ -198,6 +205,7 @@ func TestCancelComparesWhatThePageShowed(t *testing.T) {
 // TestBulkReplayDryRunThenRun: the dry run counts and writes nothing; a
 // run without the dry run is refused; the run replays every match.
 func TestBulkReplayDryRunThenRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := f.server(t, console.Options{BulkChunk: 2})
 	form := map[string]string{"type": "email", "org": f.orgA.String(), "key": "bulk-1", "reason": "resend", "mode": "dry-run"}
@@ -234,6 +242,7 @@ func TestBulkReplayDryRunThenRun(t *testing.T) {
 
 // TestOverviewSaysATypeIsPaused: the overview marks a paused job type.
 func TestOverviewSaysATypeIsPaused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if _, err := jobs.PauseType(context.Background(), f.pool, "charge"); err != nil {
 		t.Fatal(err)
@@ -251,6 +260,7 @@ func TestOverviewSaysATypeIsPaused(t *testing.T) {
 // console scoped to one tenant refuse them (403) and change nothing; an
 // unknown type is 404.
 func TestTypePauseAndResume(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	paused := func() bool {
 		return testdb.Scalar[bool](t, f.pool, `SELECT is_paused FROM job_definitions WHERE job_type = 'email'`)

@@ -37,6 +37,7 @@ func (c *statsCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // interval, the database sees one Stats statement; the gauges hold the
 // live counts.
 func TestStatsCachedPerInterval(t *testing.T) {
+	t.Parallel()
 	ctx := testdb.Context(t)
 	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
 	if err != nil {
@@ -86,6 +87,7 @@ runledger_jobs{status="pending_scheduled",type="email"} 0
 
 // TestWorkerCollector: each finished attempt counts by type and outcome.
 func TestWorkerCollector(t *testing.T) {
+	t.Parallel()
 	w := metrics.NewWorkerCollector()
 	now := time.Now()
 	started := now.Add(2 * time.Second)

@@ -18,6 +18,7 @@ import (
 // database each time a handler starts; once the lock goes, every job
 // succeeds.
 func TestWorkerStopsClaimingWhileOutcomesBackUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const concurrency, jobsN = 4, 30
 	defineTypes(t, e.admin, map[string]int32{"gated": 3})

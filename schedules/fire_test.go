@@ -17,6 +17,7 @@ import (
 // TestFireMissedPolicies simulates a downtime (cursors hours or years in
 // the past) and checks what each policy fires and where the cursor goes.
 func TestFireMissedPolicies(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	org := runledger.Organization(uuid.New())
 	// Hourly, cursor five hours back: six due ticks.
@@ -84,6 +85,7 @@ func TestFireMissedPolicies(t *testing.T) {
 // TestFireSkipsHeldSchedule: a firer passes a schedule another firer
 // holds (SKIP LOCKED), and after the holder commits the tick exists once.
 func TestFireSkipsHeldSchedule(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "held", Cron: "0 * * * *", JobType: "report"})
 	setCursor(t, pool, runledger.Global(), "held", `date_trunc('hour', now())`)
@@ -111,6 +113,7 @@ func TestFireSkipsHeldSchedule(t *testing.T) {
 // enqueued and before COMMIT; nothing is fired, the cursor is unchanged,
 // and the next firer fires the tick once.
 func TestFireKilledMidFire(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "k", Cron: "0 * * * *", JobType: "report"})
 	setCursor(t, pool, runledger.Global(), "k", `date_trunc('hour', now())`)
@@ -150,6 +153,7 @@ func TestFireKilledMidFire(t *testing.T) {
 // firer's transaction is not due in it, although the process clock has
 // passed it.
 func TestFireGoesByDatabaseClock(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "c", Cron: "* * * * * *", JobType: "report"})
 	tx := testdb.Begin(t, ctx, pool)
@@ -173,6 +177,7 @@ func TestFireGoesByDatabaseClock(t *testing.T) {
 // is reported, not fired, and keeps its cursor; once the type is enabled
 // it fires by its missed policy.
 func TestFireBlockedDefinition(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	testdb.Define(t, ctx, pool, jobs.DefinitionInput{JobType: "off", Enabled: testdb.Ptr(false)})
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "off", Cron: "0 * * * *", JobType: "off"})
@@ -202,6 +207,7 @@ func TestFireBlockedDefinition(t *testing.T) {
 // TestFireJitterAndPriority: the fired job runs at its tick plus the
 // schedule's jitter and takes its priority.
 func TestFireJitterAndPriority(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "j", Cron: "0 * * * *", JobType: "report",
 		Jitter: 30 * time.Second, Priority: testdb.Ptr(int32(7)), Payload: json.RawMessage(`{"k":"v"}`)})
@@ -227,6 +233,7 @@ func TestFireJitterAndPriority(t *testing.T) {
 // with another payload), the tick is reported and passed, never a second
 // job; the cursor moves on.
 func TestFireTickKeyHeldByAnotherRequest(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: runledger.Global(), Name: "h", Cron: "0 * * * *", JobType: "report"})
 	setCursor(t, pool, runledger.Global(), "h", `date_trunc('hour', now())`)
@@ -248,6 +255,7 @@ func TestFireTickKeyHeldByAnotherRequest(t *testing.T) {
 // TestAnyDue: the poller's one-statement question is true only while an
 // active schedule of one of the asked types is due by the database clock.
 func TestAnyDue(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	anyDue := func(types ...string) bool {
 		t.Helper()

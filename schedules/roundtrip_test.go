@@ -16,6 +16,7 @@ import (
 // its pipelined insert and lookup, the cursor's update); 5 for a round
 // with nothing due.
 func TestFireDueRoundTrips(t *testing.T) {
+	t.Parallel()
 	if testdb.Citus() {
 		t.Skip("one server's statements; Citus adds the tenant listing and a claim per tenant")
 	}

@@ -68,6 +68,7 @@ func firedKeys(t *testing.T, pool *pgxpool.Pool, scope runledger.Scope) []string
 }
 
 func TestUpsertLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	org := runledger.Organization(uuid.New())
 	req := schedules.UpsertRequest{Scope: org, Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Berlin",
@@ -139,6 +140,7 @@ func TestUpsertLifecycle(t *testing.T) {
 }
 
 func TestUpsertRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	base := schedules.UpsertRequest{Scope: runledger.Global(), Name: "s", Cron: "* * * * *", JobType: "report"}
 	cases := []struct {
@@ -169,6 +171,7 @@ func TestUpsertRefusesBadInput(t *testing.T) {
 // TestFireTickOnceWithConcurrentFirers races firers on real connections:
 // the due tick makes exactly one job, and exactly one firer reports it.
 func TestFireTickOnceWithConcurrentFirers(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	org := runledger.Organization(uuid.New())
 	upsert(t, ctx, pool, schedules.UpsertRequest{Scope: org, Name: "tick", Cron: "0 0 1 * *", JobType: "report",
@@ -229,6 +232,7 @@ func TestFireTickOnceWithConcurrentFirers(t *testing.T) {
 // TestUpsertTxRefusesOtherIsolation: UpsertTx runs only in a read-write
 // READ COMMITTED transaction, and writes nothing otherwise.
 func TestUpsertTxRefusesOtherIsolation(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	req := schedules.UpsertRequest{Scope: runledger.Global(), Name: "rr", Cron: "* * * * *", JobType: "report"}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -255,6 +259,7 @@ func TestUpsertTxRefusesOtherIsolation(t *testing.T) {
 // and compares: the same request is unchanged, never a second row or an
 // error.
 func TestUpsertRacesAnInsertOfTheSameName(t *testing.T) {
+	t.Parallel()
 	ctx, pool := setup(t)
 	req := schedules.UpsertRequest{Scope: runledger.Organization(uuid.New()), Name: "race", Cron: "0 * * * *", JobType: "report"}
 	tx := testdb.Begin(t, ctx, pool)

@@ -20,6 +20,7 @@ func mustSpec(t *testing.T, expr, tz string) spec {
 // TestSpecAcrossDST: 09:00 Europe/Berlin is 08:00 UTC before the change
 // to summer time (2026-03-29) and 07:00 UTC after it.
 func TestSpecAcrossDST(t *testing.T) {
+	t.Parallel()
 	sp := mustSpec(t, "0 9 * * *", "Europe/Berlin")
 	cases := []struct{ after, want string }{
 		{"2026-03-27T12:00:00Z", "2026-03-28T08:00:00Z"},
@@ -69,6 +70,7 @@ func TestSpecAcrossDST(t *testing.T) {
 }
 
 func TestSpecSecondsAndTicks(t *testing.T) {
+	t.Parallel()
 	sp := mustSpec(t, "*/10 * * * * *", "UTC")
 	from, _ := time.Parse(time.RFC3339, "2026-01-01T00:00:00Z")
 	to := from.Add(time.Hour + 5*time.Second)
@@ -93,6 +95,7 @@ func TestSpecSecondsAndTicks(t *testing.T) {
 }
 
 func TestSpecRefused(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		expr, tz string
 		code     runledger.Code
@@ -117,6 +120,7 @@ func TestSpecRefused(t *testing.T) {
 }
 
 func TestJitterIsStableAndBounded(t *testing.T) {
+	t.Parallel()
 	tick, _ := time.Parse(time.RFC3339, "2026-01-01T00:00:00Z")
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 200; i++ {

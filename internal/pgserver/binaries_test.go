@@ -12,6 +12,7 @@ import (
 )
 
 func TestNoBinaries(t *testing.T) {
+	t.Parallel()
 	_, err := Start(context.Background(), Options{BinDir: t.TempDir()})
 	if !errors.Is(err, ErrNoBinaries) {
 		t.Fatalf("err = %v, want ErrNoBinaries", err)
@@ -125,6 +126,7 @@ func envValue(env []string, name string) string {
 // FindBinDir names (RUNLEDGER_PG_BINDIR under the version matrix), with its
 // shared libraries found.
 func TestServerVersionIsTheBinaries(t *testing.T) {
+	t.Parallel()
 	dir, err := FindBinDir("")
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +155,7 @@ func TestServerVersionIsTheBinaries(t *testing.T) {
 }
 
 func TestVersionOrder(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want []int

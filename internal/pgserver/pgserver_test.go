@@ -104,6 +104,7 @@ func waitNoProcessesIn(t *testing.T, dir string, within time.Duration) {
 }
 
 func TestStartQueryStop(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	s := start(t, Options{})
 	t.Logf("Start took %s", time.Since(t0).Round(time.Millisecond))
@@ -185,6 +186,7 @@ func TestSettingsOverrideFastDefaults(t *testing.T) {
 }
 
 func TestManagedSettingRejected(t *testing.T) {
+	t.Parallel()
 	_, err := Start(context.Background(), Options{Settings: map[string]string{"port": "5432"}})
 	if err == nil || !strings.Contains(err.Error(), `"port"`) {
 		t.Fatalf("err = %v, want a complaint about port", err)
@@ -237,6 +239,7 @@ func TestRestart(t *testing.T) {
 }
 
 func TestStaleDirSweep(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	mk := func(name, owner string, age time.Duration) string {
 		d := filepath.Join(root, name)

@@ -75,6 +75,7 @@ func TestStringHidesEveryForm(t *testing.T) {
 }
 
 func TestShortPasswordsStayOutOfStreams(t *testing.T) {
+	t.Parallel()
 	r := redact.New("ab")
 	if got := r.String("x ab y"); got != "x "+redact.Mask+" y" {
 		t.Errorf("String = %q", got)
@@ -136,6 +137,7 @@ func FuzzRedactDSN(f *testing.F) {
 // TestWriterUnwraps: a redacting writer shows what it writes to, so that
 // the command line can still tell a terminal.
 func TestWriterUnwraps(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	w := redact.New("long-secret").Writer(&buf)
 	u, ok := w.(interface{ Unwrap() io.Writer })

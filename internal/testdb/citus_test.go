@@ -133,6 +133,7 @@ func TestCitusTemplateRefusesLocalTables(t *testing.T) {
 // TestCitusNewEmpty checks that an empty database of the lane is ready to
 // distribute: the extension and all three nodes, no tables.
 func TestCitusNewEmpty(t *testing.T) {
+	t.Parallel()
 	citusServer(t)
 	conn := Connect(t, NewEmpty(t))
 	var nodes, tables int

@@ -13,6 +13,7 @@ import (
 )
 
 func TestChooseServer(t *testing.T) {
+	t.Parallel()
 	errDocker := errors.New("docker: no daemon")
 	errLocal := errors.New("no binaries")
 	cases := []struct {
@@ -57,6 +58,7 @@ func TestChooseServer(t *testing.T) {
 // TestChooseCitus checks that the Citus lane is chosen before any probe
 // runs, and that it refuses a configured URL and values other than 0 and 1.
 func TestChooseCitus(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		citus, url string
 		want       string
@@ -84,6 +86,7 @@ func TestChooseCitus(t *testing.T) {
 
 // TestNoServerMessage checks that the failure names every way out.
 func TestNoServerMessage(t *testing.T) {
+	t.Parallel()
 	_, err := chooseServer(func(string) string { return "" },
 		func() error { return errors.New("dial unix /var/run/docker.sock: connect: no such file or directory") },
 		func() error { _, err := pgserver.FindBinDir(t.TempDir()); return err })
@@ -101,6 +104,7 @@ func TestNoServerMessage(t *testing.T) {
 // no Docker daemon answers (the development machine this was written on has
 // the CLI but no daemon), the choice must fall through to local binaries.
 func TestChooseServerObservedHere(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, dockerErr := dockerPing(ctx)
 	_, localErr := pgserver.FindBinDir("")
@@ -141,6 +145,7 @@ func TestChooseServerObservedHere(t *testing.T) {
 }
 
 func TestWithDatabase(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ in, want string }{
 		{"postgres://u:p@h:5432/postgres?sslmode=disable", "postgres://u:p@h:5432/rl_test_x?sslmode=disable"},
 		{"postgresql://h/", "postgresql://h/rl_test_x"},

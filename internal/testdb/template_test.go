@@ -12,6 +12,7 @@ import (
 )
 
 func TestMigrationsHash(t *testing.T) {
+	t.Parallel()
 	fsys := fstest.MapFS{
 		"00001_a.sql": {Data: []byte("CREATE TABLE a ();")},
 		"00002_b.sql": {Data: []byte("CREATE TABLE b ();")},

@@ -176,21 +176,36 @@ func AdminURL(t testing.TB) string {
 // connection string of a fresh migrated clone, dropped when Main tears the
 // server down.
 func NewURLForExample() (string, error) {
+	return exampleDatabase(func(srv *server) (string, error) {
+		state.mu.Lock()
+		defer state.mu.Unlock()
+		if state.tmpl == "" && state.tmplErr == nil {
+			state.tmpl, state.tmplErr = setupTemplate(srv)
+		}
+		return state.tmpl, state.tmplErr
+	})
+}
+
+// NewEmptyURLForExample is NewEmpty for Example functions, as
+// NewURLForExample is NewURL: a fresh database with no migrations, dropped
+// when Main tears the server down.
+func NewEmptyURLForExample() (string, error) {
+	return exampleDatabase(func(srv *server) (string, error) { return srv.emptyTemplate(), nil })
+}
+
+// exampleDatabase creates a database from the template that template
+// names and registers it to be dropped by Main.
+func exampleDatabase(template func(*server) (string, error)) (string, error) {
 	if !mainRunning.Load() {
-		return "", errors.New("testdb: NewURLForExample needs a TestMain calling testdb.Main")
+		return "", errors.New("testdb: an example's database needs a TestMain calling testdb.Main")
 	}
 	srv, err := getServer()
 	if err != nil {
 		return "", err
 	}
-	state.mu.Lock()
-	if state.tmpl == "" && state.tmplErr == nil {
-		state.tmpl, state.tmplErr = setupTemplate(srv)
-	}
-	tmpl, tmplErr := state.tmpl, state.tmplErr
-	state.mu.Unlock()
-	if tmplErr != nil {
-		return "", tmplErr
+	tmpl, err := template(srv)
+	if err != nil {
+		return "", err
 	}
 	name := clonePrefix + RandomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -42,6 +42,7 @@ func acceptsJSONB(t testing.TB, pool *pgxpool.Pool, b []byte) (bool, error) {
 // TestJSONBIsWhatTheDatabaseStores checks validate.JSONB against the
 // server on the seeds: it accepts exactly what jsonb stores.
 func TestJSONBIsWhatTheDatabaseStores(t *testing.T) {
+	t.Parallel()
 	pool := testdb.New(t)
 	for _, s := range jsonbSeeds {
 		checkJSONB(t, pool, []byte(s))
