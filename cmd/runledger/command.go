@@ -49,7 +49,6 @@ var commands = []*command{
 	schedulesResumeCmd,
 	schedulesDeleteCmd,
 	demoCmd,
-	benchCmd,
 	statsCmd,
 	pruneCmd,
 	uiCmd,

@@ -1,17 +1,17 @@
 // Command river runs the replay bench beside River, on one throwaway
 // durable PostgreSQL server in one run: replay.SucceededJob on the
-// inserted and existing paths (the engine of `runledger bench`), and
+// inserted and existing paths (the engine of the bench command in ..), and
 // River's Client.Insert of one job and Client.JobRetry of a waiting job
 // (River migrated with rivermigrate into the same database), with the same
 // clients, warmup and duration, in rotating order; then the ratios
-// replay/River. It is a module of its own so that River never becomes a
+// replay/River. It lives in the bench module so that River never becomes a
 // dependency of the library or of the runledger command; `make bench`
 // runs it.
 //
 //	go run . [-clients 1,16] [-sources 10000] [-duration 5s] [-warmup 1s] [-rounds 1] [-json]
 //
 // With -workers it runs the worker bench instead (the code behind
-// `runledger bench --workers`): this project's worker runtime and River's
+// `go run .. -workers`): this project's worker runtime and River's
 // Client with a queue and workers, on one throwaway durable server in one
 // run, at their defaults (50 workers) and tuned (1,000 workers), then the
 // ratios runledger/River; `make bench-worker` runs it.
@@ -36,7 +36,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
+	"github.com/runledger-go/runledger/bench/internal/bench"
 )
 
 func main() {

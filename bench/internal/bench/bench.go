@@ -1,5 +1,5 @@
 // Package bench measures compare-and-replay end to end (the code behind
-// `runledger bench`): it seeds a database with succeeded sources, runs
+// the bench command): it seeds a database with succeeded sources, runs
 // replay.SucceededJob from N concurrent clients for a fixed time on each
 // path (inserted, existing, mismatch, not_found), and reports throughput
 // and latency percentiles; optionally it runs the same work from pgbench,

@@ -20,7 +20,7 @@ import (
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 )
 
-// The worker bench (`runledger bench --workers`, and beside River in the
+// The worker bench (`go run . -workers` in the bench module, and beside River in the
 // nested module): one system's worker runs trivial jobs, and the bench
 // measures
 //
