@@ -145,7 +145,7 @@ bench-smoke: ## Every documented benchmark command, once with tiny counts (CI ru
 	  -worker-heartbeat-jobs 20 -worker-memory-jobs 0 -added-rtt 0
 
 .PHONY: bench-worker
-bench-worker: ## The worker runtime beside River's workers in one run (throughput, pickup latency, +1 ms per round trip, heartbeats, memory)
+bench-worker: ## The worker runtime beside River's workers in one run (throughput with server CPU, WAL and index entries per job, pickup latency, +1 ms per round trip, heartbeats, memory)
 	cd $(BENCH) && $(GO) run ./river -workers $(WORKER_BENCH_FLAGS)
 
 .PHONY: demo

@@ -13,7 +13,9 @@
 // With -workers it runs the worker bench instead (the code behind
 // `go run .. -workers`): this project's worker runtime and River's
 // Client with a queue and workers, on one throwaway durable server in one
-// run, at their defaults (50 workers) and tuned (1,000 workers), then the
+// run, at their defaults (50 workers) and tuned (1,000 workers), with the
+// server's cost per job of each throughput run (backend CPU, WAL bytes,
+// index entries, heap and HOT updates: see bench.ServerCost), then the
 // ratios runledger/River; `make bench-worker` runs it.
 //
 //	go run . -workers [-worker-jobs 50000] [-worker-default-jobs 5000] [-worker-latency-samples 200]

@@ -83,13 +83,8 @@ func (riverWorkers) Reset(ctx context.Context, dbURL string) error {
 }
 
 // Insert inserts n jobs with Client.InsertManyFast, one batch, through an
-// insert-only client.
-func (riverWorkers) Insert(ctx context.Context, dbURL string, n int) error {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+// insert-only client on pool.
+func (riverWorkers) Insert(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quiet})
 	if err != nil {
 		return err

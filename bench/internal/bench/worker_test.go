@@ -42,6 +42,13 @@ func TestWorkerBenchRunsTheRunledgerWorker(t *testing.T) {
 			if r.PerSecond <= 0 {
 				t.Errorf("%s: %+v", k, r)
 			}
+			// The direct runs carry the server's cost per job; the proxied
+			// ones do not (they measure the network).
+			if r.AddedRTT == "" {
+				checkPlausibleCost(t, k, r.Cost)
+			} else if r.Cost != nil {
+				t.Errorf("%s: a proxied run has a server cost: %+v", k, r.Cost)
+			}
 		case MeasureLatency:
 			// A pickup can start before the enqueue's reply reaches the
 			// client (it is counted as 0), so a loaded machine may see
@@ -61,7 +68,7 @@ func TestWorkerBenchRunsTheRunledgerWorker(t *testing.T) {
 	}
 	var sb strings.Builder
 	rep.Text(&sb)
-	if !strings.Contains(sb.String(), "pickup latency") {
+	if !strings.Contains(sb.String(), "pickup latency") || !strings.Contains(sb.String(), "WAL B/job") {
 		t.Errorf("the report lacks the latency table:\n%s", sb.String())
 	}
 }
@@ -92,5 +99,59 @@ func TestWorkerReportRatios(t *testing.T) {
 	}
 	if strings.Join(ratios, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ratio lines:\n%s\nwant:\n%s\n%s", strings.Join(ratios, "\n"), strings.Join(want, "\n"), sb.String())
+	}
+}
+
+// checkPlausibleCost checks that every figure of the server's cost was
+// measured (the test server is local, its pg_waldump beside it) and is in
+// the range one trivial job's insert, claim and completion can take: some
+// WAL and CPU, at least the primary key's index entry and the claim's
+// update.
+func checkPlausibleCost(t *testing.T, name string, c *ServerCost) {
+	t.Helper()
+	if c == nil {
+		t.Errorf("%s: no server cost", name)
+		return
+	}
+	if len(c.Unavailable) > 0 || c.CPUPerJobUS == nil || c.WALBytesPerJob == nil || c.IndexEntriesPerJob == nil ||
+		c.HeapUpdatesPerJob == nil || c.HOTUpdatesPerJob == nil {
+		t.Errorf("%s: a figure is missing: %s (%v)", name, c.summary(), c.Unavailable)
+		return
+	}
+	if *c.CPUPerJobUS <= 0 || *c.CPUPerJobUS > 1e6 || c.Backends < 1 {
+		t.Errorf("%s: server CPU %.1f us per job over %d backends", name, *c.CPUPerJobUS, c.Backends)
+	}
+	if *c.WALBytesPerJob < 100 || *c.WALBytesPerJob > 1<<20 {
+		t.Errorf("%s: %.0f WAL bytes per job", name, *c.WALBytesPerJob)
+	}
+	if *c.IndexEntriesPerJob < 1 || *c.IndexEntriesPerJob > 1000 {
+		t.Errorf("%s: %.1f index entries per job", name, *c.IndexEntriesPerJob)
+	}
+	if *c.HeapUpdatesPerJob < 1 || *c.HOTUpdatesPerJob > *c.HeapUpdatesPerJob {
+		t.Errorf("%s: %.1f heap updates per job, %.1f HOT", name, *c.HeapUpdatesPerJob, *c.HOTUpdatesPerJob)
+	}
+}
+
+// pg_waldump's record statistics are read by type; the totals lines and
+// headers are not records.
+func TestParseWaldumpStats(t *testing.T) {
+	out := []byte(`Type                                           N      (%)          Record size      (%)             FPI size      (%)        Combined size      (%)
+----                                           -      ---          -----------      ---             --------      ---        -------------      ---
+Heap/INSERT                                  300 ( 20.00)                22500 ( 25.00)                    0 (  0.00)                22500 ( 20.00)
+Heap/HOT_UPDATE                              250 ( 10.00)                 2500 (  2.00)                    0 (  0.00)                 2500 (  2.00)
+Heap/UPDATE                                   50 ( 10.00)                 2500 (  2.00)                    0 (  0.00)                 2500 (  2.00)
+Btree/INSERT_LEAF                            900 ( 60.00)                60000 ( 70.00)                 8192 (100.00)                68192 ( 75.00)
+                                        --------                      --------                      --------                      --------
+Total                                       1500                         87500 [90.00%]                 8192 [10.00%]                95692 [100%]
+`)
+	got := parseWaldumpStats(out)
+	want := map[string]int64{"Heap/INSERT": 300, "Heap/HOT_UPDATE": 250, "Heap/UPDATE": 50, "Btree/INSERT_LEAF": 900}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %d, want %d", k, got[k], v)
+		}
 	}
 }
