@@ -45,6 +45,11 @@ type ServerCost struct {
 	HeapUpdatesPerJob *float64 `json:"heap_updates_per_job"`
 	HOTUpdatesPerJob  *float64 `json:"hot_updates_per_job"`
 	Unavailable       []string `json:"unavailable,omitempty"`
+	// Insert and Work split the figures by phase: the insert of the
+	// jobs, then the worker's claims and completions (each with nil
+	// Insert and Work).
+	Insert *ServerCost `json:"insert,omitempty"`
+	Work   *ServerCost `json:"work,omitempty"`
 }
 
 // costTotals are a run's raw figures; totals of several runs add up.
@@ -57,10 +62,33 @@ type costTotals struct {
 	heapUpdates, hotUpdate int64
 	cpuOK, walOK, dumpOK   bool
 	notes                  []string
+	// insert and work are the phases of a run's totals (nil in a phase's
+	// own totals).
+	insert, work *costTotals
+}
+
+// then is the totals of a run of two phases over the same jobs: t, then
+// next.
+func (t costTotals) then(next costTotals) costTotals {
+	sum := t
+	sum.add(next)
+	sum.jobs = t.jobs
+	ins, work := t, next
+	sum.insert, sum.work = &ins, &work
+	return sum
 }
 
 func (t *costTotals) add(o costTotals) {
 	first := t.jobs == 0
+	for _, p := range []struct{ mine, theirs **costTotals }{{&t.insert, &o.insert}, {&t.work, &o.work}} {
+		if *p.theirs == nil {
+			continue
+		}
+		if *p.mine == nil {
+			*p.mine = &costTotals{}
+		}
+		(*p.mine).add(**p.theirs)
+	}
 	t.jobs += o.jobs
 	t.cpuNS += o.cpuNS
 	t.backends += o.backends
@@ -101,7 +129,13 @@ func (t costTotals) perJob() *ServerCost {
 		f := v / float64(t.jobs)
 		return &f
 	}
+	var insert, work *ServerCost
+	if t.insert != nil && t.work != nil {
+		insert, work = t.insert.perJob(), t.work.perJob()
+	}
 	return &ServerCost{
+		Insert:             insert,
+		Work:               work,
 		Jobs:               t.jobs,
 		CPUPerJobUS:        per(t.cpuOK, float64(t.cpuNS)/1e3),
 		Backends:           t.backends,

@@ -431,16 +431,27 @@ func (wb *workerBench) throughput(ctx context.Context, s WorkerSystem, url, conf
 	if err := wb.fresh(ctx, s, url); err != nil {
 		return res, nil, err
 	}
-	var meter *costMeter
+	// Two meters, one per phase: the insert, then the claims and
+	// completions.
+	var insertMeter, meter *costMeter
+	var insertCost costTotals
 	if cost {
+		var err error
+		if insertMeter, err = startCost(ctx, url); err != nil {
+			return res, nil, fmt.Errorf("bench: server cost: %w", err)
+		}
+		defer insertMeter.close()
+	}
+	if err := wb.insert(ctx, s, url, jobs, insertMeter); err != nil {
+		return res, nil, err
+	}
+	if cost {
+		insertCost = insertMeter.stop(ctx, jobs)
 		var err error
 		if meter, err = startCost(ctx, url); err != nil {
 			return res, nil, fmt.Errorf("bench: server cost: %w", err)
 		}
 		defer meter.close()
-	}
-	if err := wb.insert(ctx, s, url, jobs, meter); err != nil {
-		return res, nil, err
 	}
 	pool, err := wb.pool(ctx, url, meter)
 	if err != nil {
@@ -473,7 +484,8 @@ func (wb *workerBench) throughput(ctx context.Context, s WorkerSystem, url, conf
 	var totals *costTotals
 	var costNote string
 	if meter != nil {
-		t := meter.stop(ctx, jobs)
+		work := meter.stop(ctx, jobs)
+		t := insertCost.then(work)
 		totals = &t
 		if c := t.perJob(); c != nil {
 			costNote = "; per job on the server: " + c.summary()

@@ -19,7 +19,7 @@ func (r *WorkerReport) Text(w io.Writer) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "  %s: %s\n", k, r.Settings[k])
 	}
-	var tp, lat, hb, mem, notes []string
+	var tp, phases, lat, hb, mem, notes []string
 	for _, res := range r.Results {
 		rtt := res.AddedRTT
 		if rtt == "" {
@@ -37,6 +37,16 @@ func (r *WorkerReport) Text(w io.Writer) {
 				upd = fmtCost(c.HeapUpdatesPerJob, 1) + " / " + fmtCost(c.HOTUpdatesPerJob, 1)
 				for _, n := range c.Unavailable {
 					notes = append(notes, res.System+" "+res.Config+": "+n)
+				}
+				for _, ph := range []struct {
+					name string
+					c    *ServerCost
+				}{{"insert", c.Insert}, {"claim + complete", c.Work}} {
+					if ph.c != nil {
+						phases = append(phases, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s / %s\t", res.System, res.Config, ph.name,
+							fmtCost(ph.c.CPUPerJobUS, 1), fmtCost(ph.c.WALBytesPerJob, 0), fmtCost(ph.c.IndexEntriesPerJob, 1),
+							fmtCost(ph.c.HeapUpdatesPerJob, 1), fmtCost(ph.c.HOTUpdatesPerJob, 1)))
+					}
 				}
 			}
 			tp = append(tp, fmt.Sprintf("%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t", res.System, res.Config, rtt, res.Jobs, res.Seconds, res.PerSecond, cpu, wal, idx, upd))
@@ -60,6 +70,8 @@ func (r *WorkerReport) Text(w io.Writer) {
 	for _, n := range notes {
 		fmt.Fprintf(w, "  n/a: %s\n", n)
 	}
+	printTable(w, "\n  the server's cost per job by phase (the jobs' insert; the worker's claims and completions, with its polls and heartbeats)\n",
+		"system\tconfig\tphase\tCPU us/job\tWAL B/job\tindex entries/job\tupdates / HOT per job\t", phases)
 	printTable(w, "\n  pickup latency at a light load (one job at a time; enqueue commit to handler start, ms)\n",
 		"system\tconfig\tjobs\tp50\tp95\tp99\t", lat)
 	printTable(w, "\n  heartbeat overhead (every handler holds its job; statements counted on the wire)\n",

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestWorkerBenchRunsTheRunledgerWorker(t *testing.T) {
 	}
 	var sb strings.Builder
 	rep.Text(&sb)
-	if !strings.Contains(sb.String(), "pickup latency") || !strings.Contains(sb.String(), "WAL B/job") {
+	if !strings.Contains(sb.String(), "pickup latency") || !strings.Contains(sb.String(), "WAL B/job") || !strings.Contains(sb.String(), "claim + complete") {
 		t.Errorf("the report lacks the latency table:\n%s", sb.String())
 	}
 }
@@ -129,6 +130,20 @@ func checkPlausibleCost(t *testing.T, name string, c *ServerCost) {
 	}
 	if *c.HeapUpdatesPerJob < 1 || *c.HOTUpdatesPerJob > *c.HeapUpdatesPerJob {
 		t.Errorf("%s: %.1f heap updates per job, %.1f HOT", name, *c.HeapUpdatesPerJob, *c.HOTUpdatesPerJob)
+	}
+	// The phases add up to the whole: the insert writes WAL and index
+	// entries, and so do the claims and completions.
+	if c.Insert == nil || c.Work == nil {
+		t.Errorf("%s: no phases: %+v", name, c)
+		return
+	}
+	for _, ph := range []*ServerCost{c.Insert, c.Work} {
+		if ph.WALBytesPerJob == nil || *ph.WALBytesPerJob <= 0 || ph.IndexEntriesPerJob == nil || *ph.IndexEntriesPerJob < 1 {
+			t.Errorf("%s: a phase without WAL or index entries: %s", name, ph.summary())
+		}
+	}
+	if sum := *c.Insert.WALBytesPerJob + *c.Work.WALBytesPerJob; math.Abs(sum-*c.WALBytesPerJob) > 1e-6**c.WALBytesPerJob {
+		t.Errorf("%s: the phases' WAL per job adds up to %.1f, the whole is %.1f", name, sum, *c.WALBytesPerJob)
 	}
 }
 
