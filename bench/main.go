@@ -12,7 +12,9 @@
 // -duration after a -warmup, and prints throughput and p50/p95/p99 latency
 // per path: inserted (a new key: a replay is created), existing (an
 // idempotent retry), mismatch (a stale expected run) and not_found (a
-// missing job), each one round trip.
+// missing job), each one round trip. Loopback runs also report the
+// server's cost per operation over the measured time: the CPU of the
+// database's client backends, the WAL and its index entries.
 //
 // With -compare-pgbench it runs, right after each Go run and against the
 // same database, the pgbench scripts doing the same work (internal/bench/

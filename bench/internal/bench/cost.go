@@ -401,3 +401,54 @@ func fmtCost(v *float64, decimals int) string {
 	}
 	return strconv.FormatFloat(*v, 'f', decimals, 64)
 }
+
+// startActivityCost starts a meter on the client backends of url's
+// database that are connected now (pg_stat_activity), for runs whose
+// connections are open before the measured time starts.
+func startActivityCost(ctx context.Context, url string) (*costMeter, error) {
+	m, err := startCost(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := m.activity(ctx)
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	for _, pid := range pids {
+		m.connected(pid)
+	}
+	return m, nil
+}
+
+// addActivity adds the client backends of the database that connected
+// since the meter started, with all their CPU.
+func (m *costMeter) addActivity(ctx context.Context) error {
+	pids, err := m.activity(ctx)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, pid := range pids {
+		if _, ok := m.live[pid]; !ok {
+			m.live[pid] = 0
+			m.backends++
+		}
+	}
+	return nil
+}
+
+// activity lists the client backends of the meter's database but its own.
+func (m *costMeter) activity(ctx context.Context) ([]uint32, error) {
+	rows, err := m.ctl.Query(ctx, `SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (uint32, error) {
+		var pid int32
+		err := r.Scan(&pid)
+		return uint32(pid), err
+	})
+}
