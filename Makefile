@@ -5,9 +5,11 @@ GO    ?= go
 SQLC  := $(GO) tool -modfile=tools/go.mod sqlc
 STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 FUZZTIME ?= 10s
-# The River comparison: a module of its own, so that River is never a
-# dependency of the library or of the runledger command.
-RIVER_BENCH := cmd/runledger/internal/bench/river
+# The benchmarks: a module of its own (the bench command at its root, the
+# River comparison in ./river), so that neither River nor the bench's
+# tooling (throwaway servers, the fault proxy, pgbench) is a dependency of
+# the library or linked into the runledger command.
+BENCH := bench
 SOAK_DURATION ?= 10m
 # Extra soak flags; a short CI-friendly form:
 #   make soak SOAK_DURATION=20s SOAK_FLAGS='-sample 2s -window 20s'
@@ -34,16 +36,19 @@ check-sizes: ## Fail when a tracked file is over 1 MiB (a build output committed
 	tools/check-tracked-sizes
 
 .PHONY: build
-build: ## Build every package and the runledger command
+build: ## Build every package, the runledger command and the benchmarks
 	$(GO) build ./...
+	cd $(BENCH) && $(GO) build ./...
 
 .PHONY: test
 test: ## Run every test with the race detector against real PostgreSQL
 	$(GO) test -race -count=1 ./...
+	cd $(BENCH) && $(GO) test -race -count=1 ./...
 
 .PHONY: test-short
 test-short: ## Run the tests, skipping the long reliability runs
 	$(GO) test -race -count=1 -short ./...
+	cd $(BENCH) && $(GO) test -race -count=1 -short ./...
 
 MATRIX_VERSIONS ?= 13,14,15,16,17,18
 MATRIX_FLAGS    ?=
@@ -106,17 +111,18 @@ soak: ## Soak: 16 clients and three workers for SOAK_DURATION (default 10m; CI r
 	$(GO) run ./internal/testdb/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 .PHONY: lint
-lint: ## go vet plus the pinned staticcheck (and go vet of the River comparison module)
+lint: ## go vet plus the pinned staticcheck, of the library and of the bench module
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
-	cd $(RIVER_BENCH) && $(GO) vet ./...
+	cd $(BENCH) && $(GO) vet ./...
+	cd $(BENCH) && $(GO) tool -modfile=../tools/go.mod staticcheck ./...
 
 .PHONY: bench
-bench: ## Go benchmarks, runledger bench against pgbench, then replay and requeue beside River
+bench: ## Go benchmarks, the replay bench against pgbench, then replay and requeue beside River
 	$(GO) test -run '^$$' -bench . -benchmem ./replay/ ./requeue/
-	$(GO) run ./cmd/runledger bench --compare-pgbench
-	cd $(RIVER_BENCH) && $(GO) run .
-	cd $(RIVER_BENCH) && $(GO) run . -requeue
+	cd $(BENCH) && $(GO) run . -compare-pgbench
+	cd $(BENCH) && $(GO) run ./river
+	cd $(BENCH) && $(GO) run ./river -requeue
 
 WORKER_BENCH_FLAGS ?=
 
@@ -133,15 +139,15 @@ bench-smoke: ## Every documented benchmark command, once with tiny counts (CI ru
 	  $(GO) test -run '^$$' -bench . -benchtime 1x -short ./replay/ ./requeue/ ./jobs/ ./lease/ ./health/ ./worker/
 	RUNLEDGER_CONSOLE_BENCH_FINISHED=2000 RUNLEDGER_CONSOLE_BENCH_LIVE=200 RUNLEDGER_CONSOLE_BENCH_BULK=200 \
 	  $(GO) test -run '^$$' -bench . -benchtime 2x ./console/
-	$(GO) run ./cmd/runledger bench --fast --sources 1000 --clients 1 --duration 1s --warmup 0s
-	cd $(RIVER_BENCH) && $(GO) run . -sources 1000 -clients 1 -duration 1s -warmup 0s
-	cd $(RIVER_BENCH) && $(GO) run . -requeue -requeue-ops 40 -requeue-blocks 2 -bulk-jobs 500
-	cd $(RIVER_BENCH) && $(GO) run . -workers -worker-jobs 300 -worker-default-jobs 100 -worker-latency-samples 5 \
+	cd $(BENCH) && $(GO) run . -fast -sources 1000 -clients 1 -duration 1s -warmup 0s
+	cd $(BENCH) && $(GO) run ./river -sources 1000 -clients 1 -duration 1s -warmup 0s
+	cd $(BENCH) && $(GO) run ./river -requeue -requeue-ops 40 -requeue-blocks 2 -bulk-jobs 500
+	cd $(BENCH) && $(GO) run ./river -workers -worker-jobs 300 -worker-default-jobs 100 -worker-latency-samples 5 \
 	  -worker-heartbeat-jobs 20 -worker-memory-jobs 0 -added-rtt 0
 
 .PHONY: bench-worker
-bench-worker: ## The worker runtime beside River's workers in one run (throughput, pickup latency, +1 ms per round trip, heartbeats, memory)
-	cd $(RIVER_BENCH) && $(GO) run . -workers $(WORKER_BENCH_FLAGS)
+bench-worker: ## The worker runtime beside River's workers in one run (throughput with server CPU, WAL and index entries per job, pickup latency, +1 ms per round trip, heartbeats, memory)
+	cd $(BENCH) && $(GO) run ./river -workers $(WORKER_BENCH_FLAGS)
 
 .PHONY: demo
 demo: ## Run the demo on a throwaway local PostgreSQL

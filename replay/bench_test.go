@@ -21,7 +21,7 @@ import (
 // as in TestRoundTripsPerPath. The caller-transaction benchmarks include
 // the caller's BEGIN and COMMIT (pgx's, one round trip each), as a caller
 // runs them. For throughput at many clients and the comparison with
-// pgbench, see `runledger bench` (docs/PERFORMANCE.md).
+// pgbench, see `make bench` (docs/PERFORMANCE.md).
 //
 //	go test -run '^$' -bench . -benchmem ./replay/
 

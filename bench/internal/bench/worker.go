@@ -20,7 +20,7 @@ import (
 	"github.com/runledger-go/runledger/internal/testdb/pgproxy"
 )
 
-// The worker bench (`runledger bench --workers`, and beside River in the
+// The worker bench (`go run . -workers` in the bench module, and beside River in the
 // nested module): one system's worker runs trivial jobs, and the bench
 // measures
 //
@@ -72,8 +72,9 @@ type WorkerSystem interface {
 	Prepare(ctx context.Context, dbURL string) error
 	// Reset removes every job the system holds (between runs).
 	Reset(ctx context.Context, dbURL string) error
-	// Insert inserts n trivial jobs, due now, in one batch.
-	Insert(ctx context.Context, dbURL string, n int) error
+	// Insert inserts n trivial jobs, due now, through pool (the system's
+	// own way of inserting many jobs).
+	Insert(ctx context.Context, pool *pgxpool.Pool, n int) error
 	// Describe says what config means for the system (the settings).
 	Describe(config string) string
 	// Start starts a worker in config on pool whose handler calls
@@ -165,6 +166,9 @@ type WorkerResult struct {
 	GoroutinesEnd int     `json:"goroutines_end,omitempty"`
 	GoroutinesPre int     `json:"goroutines_start,omitempty"`
 	Note          string  `json:"note,omitempty"`
+	// Cost is the server's cost per job of a direct throughput run: the
+	// insert of the jobs, their claims and their completions.
+	Cost *ServerCost `json:"server_cost,omitempty"`
 }
 
 // WorkerReport is the outcome of RunWorkers.
@@ -263,7 +267,17 @@ func (wb *workerBench) all(ctx context.Context, url string) error {
 	type key struct{ system, config, measure, rtt string }
 	sums := map[key]*WorkerResult{}
 	lats := map[key][]time.Duration{}
+	costs := map[key]*costTotals{}
 	var order []key
+	addCost := func(k key, c *costTotals) {
+		if c == nil {
+			return
+		}
+		if costs[k] == nil {
+			costs[k] = &costTotals{}
+		}
+		costs[k].add(*c)
+	}
 	add := func(k key, res WorkerResult, lat []time.Duration) {
 		if sums[k] == nil {
 			r := res
@@ -298,11 +312,12 @@ func (wb *workerBench) all(ctx context.Context, url string) error {
 				jobs = wb.o.DefaultJobs
 			}
 			for _, s := range wb.rotated(r) {
-				res, err := wb.throughput(ctx, s, url, config, jobs)
+				res, cost, err := wb.throughput(ctx, s, url, config, jobs, true)
 				if err != nil {
 					return err
 				}
 				add(key{s.Name(), config, MeasureThroughput, ""}, res, nil)
+				addCost(key{s.Name(), config, MeasureThroughput, ""}, cost)
 			}
 			for _, s := range wb.rotated(r) {
 				res, lat, err := wb.latency(ctx, s, url, config)
@@ -318,7 +333,7 @@ func (wb *workerBench) all(ctx context.Context, url string) error {
 					proxy *pgproxy.Proxy
 					rtt   time.Duration
 				}{{baseline, 0}, {proxy, wb.o.AddedRTT}} {
-					res, err := wb.throughput(ctx, s, p.proxy.ConnString(url), WorkerTuned, wb.o.Jobs)
+					res, _, err := wb.throughput(ctx, s, p.proxy.ConnString(url), WorkerTuned, wb.o.Jobs, false)
 					if err != nil {
 						return err
 					}
@@ -335,6 +350,9 @@ func (wb *workerBench) all(ctx context.Context, url string) error {
 		}
 		if l := lats[k]; len(l) > 0 {
 			res.P50, res.P95, res.P99 = percentiles(l)
+		}
+		if c := costs[k]; c != nil {
+			res.Cost = c.perJob()
 		}
 		wb.rep.Results = append(wb.rep.Results, res)
 	}
@@ -359,13 +377,31 @@ func (wb *workerBench) all(ctx context.Context, url string) error {
 	return nil
 }
 
-func (wb *workerBench) pool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// pool opens a pool of PoolSize connections; meter, when not nil,
+// measures its backends.
+func (wb *workerBench) pool(ctx context.Context, url string, meter *costMeter) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = wb.o.PoolSize
+	if meter != nil {
+		meter.hook(cfg)
+	}
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// insert inserts n jobs of s through a pool of its own.
+func (wb *workerBench) insert(ctx context.Context, s WorkerSystem, url string, n int, meter *costMeter) error {
+	pool, err := wb.pool(ctx, url, meter)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := s.Insert(ctx, pool, n); err != nil {
+		return fmt.Errorf("bench: %s insert: %w", s.Name(), err)
+	}
+	return nil
 }
 
 // fresh resets the system's jobs and settles the server (VACUUM, a
@@ -388,18 +424,38 @@ func (wb *workerBench) fresh(ctx context.Context, s WorkerSystem, url string) er
 }
 
 // throughput inserts jobs trivial jobs, starts a worker and times it until
-// every job's completion is committed.
-func (wb *workerBench) throughput(ctx context.Context, s WorkerSystem, url, config string, jobs int) (WorkerResult, error) {
+// every job's completion is committed. With cost it also measures what the
+// insert and the worker cost the server, until the last completion.
+func (wb *workerBench) throughput(ctx context.Context, s WorkerSystem, url, config string, jobs int, cost bool) (WorkerResult, *costTotals, error) {
 	res := WorkerResult{System: s.Name(), Config: config, Measure: MeasureThroughput, Jobs: jobs}
 	if err := wb.fresh(ctx, s, url); err != nil {
-		return res, err
+		return res, nil, err
 	}
-	if err := s.Insert(ctx, url, jobs); err != nil {
-		return res, fmt.Errorf("bench: %s insert: %w", s.Name(), err)
+	// Two meters, one per phase: the insert, then the claims and
+	// completions.
+	var insertMeter, meter *costMeter
+	var insertCost costTotals
+	if cost {
+		var err error
+		if insertMeter, err = startCost(ctx, url); err != nil {
+			return res, nil, fmt.Errorf("bench: server cost: %w", err)
+		}
+		defer insertMeter.close()
 	}
-	pool, err := wb.pool(ctx, url)
+	if err := wb.insert(ctx, s, url, jobs, insertMeter); err != nil {
+		return res, nil, err
+	}
+	if cost {
+		insertCost = insertMeter.stop(ctx, jobs)
+		var err error
+		if meter, err = startCost(ctx, url); err != nil {
+			return res, nil, fmt.Errorf("bench: server cost: %w", err)
+		}
+		defer meter.close()
+	}
+	pool, err := wb.pool(ctx, url, meter)
 	if err != nil {
-		return res, err
+		return res, nil, err
 	}
 	defer pool.Close()
 	var done atomic.Int64
@@ -411,7 +467,7 @@ func (wb *workerBench) throughput(ctx context.Context, s WorkerSystem, url, conf
 		}
 	}})
 	if err != nil {
-		return res, fmt.Errorf("bench: %s start: %w", s.Name(), err)
+		return res, nil, fmt.Errorf("bench: %s start: %w", s.Name(), err)
 	}
 	timeout := time.NewTimer(time.Duration(jobs)*10*time.Millisecond + time.Minute)
 	defer timeout.Stop()
@@ -419,17 +475,27 @@ func (wb *workerBench) throughput(ctx context.Context, s WorkerSystem, url, conf
 	case <-all:
 	case <-timeout.C:
 		_ = run.Stop()
-		return res, fmt.Errorf("bench: %s %s: %d of %d jobs completed before the timeout", s.Name(), config, done.Load(), jobs)
+		return res, nil, fmt.Errorf("bench: %s %s: %d of %d jobs completed before the timeout", s.Name(), config, done.Load(), jobs)
 	case <-ctx.Done():
 		_ = run.Stop()
-		return res, ctx.Err()
+		return res, nil, ctx.Err()
 	}
 	res.Seconds = time.Since(start).Seconds()
-	if err := run.Stop(); err != nil {
-		return res, err
+	var totals *costTotals
+	var costNote string
+	if meter != nil {
+		work := meter.stop(ctx, jobs)
+		t := insertCost.then(work)
+		totals = &t
+		if c := t.perJob(); c != nil {
+			costNote = "; per job on the server: " + c.summary()
+		}
 	}
-	wb.logf("%s %s throughput: %d jobs in %.2fs, %.0f jobs/s", s.Name(), config, jobs, res.Seconds, float64(jobs)/res.Seconds)
-	return res, nil
+	if err := run.Stop(); err != nil {
+		return res, nil, err
+	}
+	wb.logf("%s %s throughput: %d jobs in %.2fs, %.0f jobs/s%s", s.Name(), config, jobs, res.Seconds, float64(jobs)/res.Seconds, costNote)
+	return res, totals, nil
 }
 
 // latency starts a worker on an empty queue and enqueues one job at a
@@ -439,7 +505,7 @@ func (wb *workerBench) latency(ctx context.Context, s WorkerSystem, url, config 
 	if err := wb.fresh(ctx, s, url); err != nil {
 		return res, nil, err
 	}
-	pool, err := wb.pool(ctx, url)
+	pool, err := wb.pool(ctx, url, nil)
 	if err != nil {
 		return res, nil, err
 	}
@@ -491,7 +557,7 @@ func (wb *workerBench) heartbeat(ctx context.Context, s WorkerSystem, url string
 	if err := wb.fresh(ctx, s, url); err != nil {
 		return res, err
 	}
-	if err := s.Insert(ctx, url, n); err != nil {
+	if err := wb.insert(ctx, s, url, n, nil); err != nil {
 		return res, err
 	}
 	addr, err := pgproxy.TargetAddr(url)
@@ -508,7 +574,7 @@ func (wb *workerBench) heartbeat(ctx context.Context, s WorkerSystem, url string
 		return res, err
 	}
 	defer proxy.Close()
-	pool, err := wb.pool(ctx, proxy.ConnString(url))
+	pool, err := wb.pool(ctx, proxy.ConnString(url), nil)
 	if err != nil {
 		return res, err
 	}
@@ -563,7 +629,7 @@ func (wb *workerBench) memory(ctx context.Context, s WorkerSystem, url string) (
 	if err := wb.fresh(ctx, s, url); err != nil {
 		return res, err
 	}
-	pool, err := wb.pool(ctx, url)
+	pool, err := wb.pool(ctx, url, nil)
 	if err != nil {
 		return res, err
 	}
@@ -583,7 +649,7 @@ func (wb *workerBench) memory(ctx context.Context, s WorkerSystem, url string) (
 	time.Sleep(500 * time.Millisecond)
 	res.RSSStartMB, res.HeapStartMB, res.GoroutinesPre = sample()
 	t0 := time.Now()
-	if err := s.Insert(ctx, url, n); err != nil {
+	if err := wb.insert(ctx, s, url, n, nil); err != nil {
 		return res, err
 	}
 	select {

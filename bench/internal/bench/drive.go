@@ -29,6 +29,7 @@ type accum struct {
 	lat     []time.Duration
 	first   string
 	held    float64 // sum of HeldMS x seconds
+	cost    *costTotals
 }
 
 func (a *accum) add(r Result, lat []time.Duration) {
@@ -38,6 +39,12 @@ func (a *accum) add(r Result, lat []time.Duration) {
 	a.rate += r.PerSecond * r.Seconds
 	a.held += r.HeldMS * r.Seconds
 	a.lat = append(a.lat, lat...)
+	if r.cost != nil {
+		if a.cost == nil {
+			a.cost = &costTotals{}
+		}
+		a.cost.add(*r.cost)
+	}
 	if a.first == "" {
 		a.first = r.FirstError
 	}
@@ -51,6 +58,10 @@ func (a *accum) result() Result {
 		r.HeldMS = a.held / a.seconds
 	}
 	r.P50, r.P95, r.P99 = percentiles(a.lat)
+	r.cost = nil
+	if a.cost != nil {
+		r.Cost = a.cost.perJob()
+	}
 	return r
 }
 
@@ -120,7 +131,7 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 	if b.opts.CancelableContext {
 		callCtx = ctx
 	}
-	return b.drive(ctx, res, "go-", func(n int64, key string) error {
+	return b.drive(ctx, url, res, "go-", func(n int64, key string) error {
 		req := request(base.Path, base.Sources, n, key)
 		out, err := replay.SucceededJob(callCtx, pool, req)
 		if err == nil && !expected(base.Path, out) {
@@ -135,11 +146,28 @@ func (b *runner) runGo(ctx context.Context, url string, base Result) (Result, []
 // and the latencies of the measured operations that succeeded. op gets a
 // source drawn at random from 1..res.Sources and a key unique within the
 // run (beginning with prefix).
-func (b *runner) drive(ctx context.Context, res Result, prefix string, op func(n int64, key string) error) (Result, []time.Duration, error) {
+//
+// On loopback (no proxy), it also measures the server's cost over the
+// measured time: the CPU of the database's client backends (those of
+// pg_stat_activity when the measured time starts, and any that connect
+// later), the WAL and its index entries, per operation.
+func (b *runner) drive(ctx context.Context, url string, res Result, prefix string, op func(n int64, key string) error) (Result, []time.Duration, error) {
 	runID := randomHex(4)
 	start := time.Now()
 	measureFrom := start.Add(b.opts.Warmup)
 	end := measureFrom.Add(b.opts.Duration)
+	var meter *costMeter
+	var meterErr error
+	meterStarted := make(chan struct{})
+	if b.proxy == nil {
+		startAt := time.AfterFunc(time.Until(measureFrom), func() {
+			defer close(meterStarted)
+			meter, meterErr = startActivityCost(ctx, url)
+		})
+		defer startAt.Stop()
+	} else {
+		close(meterStarted)
+	}
 	var (
 		ops, errs atomic.Int64
 		firstErr  atomic.Value
@@ -183,6 +211,21 @@ func (b *runner) drive(ctx context.Context, res Result, prefix string, op func(n
 	stop()
 	if err := ctx.Err(); err != nil {
 		return res, nil, err
+	}
+	// The cost is a figure of the report, not a condition of the run: a
+	// meter that cannot start leaves it out.
+	<-meterStarted
+	if meterErr != nil {
+		b.logf("%s %s: no server cost: %v", res.Client, res.Path, meterErr)
+	}
+	if meter != nil {
+		if err := meter.addActivity(ctx); err != nil {
+			b.logf("%s %s: no server cost: %v", res.Client, res.Path, err)
+			meter.close()
+		} else {
+			t := meter.stop(ctx, int(ops.Load()+errs.Load()))
+			res.cost = &t
+		}
 	}
 	var all []time.Duration
 	for _, l := range lat {

@@ -73,7 +73,7 @@ func (b *runner) runAnchor(ctx context.Context, a Anchor, url string, base Resul
 	if b.opts.CancelableContext {
 		callCtx = ctx
 	}
-	res, lat, err = b.drive(ctx, res, a.Name()+"-", func(n int64, key string) error {
+	res, lat, err = b.drive(ctx, url, res, a.Name()+"-", func(n int64, key string) error {
 		return run.Do(callCtx, n, key)
 	})
 	return res, lat, true, err
@@ -91,10 +91,23 @@ func (r *Report) anchorRatios(w io.Writer, k groupKey) {
 		if !ok || res.PerSecond == 0 || res.P50 == 0 || res.P95 == 0 {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("%s\t%s %s\t%d\t%.2fx\t%.2fx\t%.2fx\t",
+		cpu, wal := "-", "-"
+		if goRes.Cost != nil && res.Cost != nil {
+			cpu, wal = costRatio(goRes.Cost.CPUPerJobUS, res.Cost.CPUPerJobUS), costRatio(goRes.Cost.WALBytesPerJob, res.Cost.WALBytesPerJob)
+		}
+		lines = append(lines, fmt.Sprintf("%s\t%s %s\t%d\t%.2fx\t%.2fx\t%.2fx\t%s\t%s\t",
 			res.Path, res.Client, res.Operation, res.Clients,
-			goRes.PerSecond/res.PerSecond, goRes.P50/res.P50, goRes.P95/res.P95))
+			goRes.PerSecond/res.PerSecond, goRes.P50/res.P50, goRes.P95/res.P95, cpu, wal))
 	}
-	printTable(w, "\n  replay (Go) / anchor, same run (throughput ratio: above 1 means replay is faster; p50 and p95 ratios: below 1 means replay is faster)\n",
-		"path\tanchor\tclients\tops/s ratio\tp50 ratio\tp95 ratio\t", lines)
+	printTable(w, "\n  replay (Go) / anchor, same run (throughput ratio: above 1 means replay is faster; p50, p95 and the server's CPU and WAL per operation: below 1 means replay is faster or cheaper)\n",
+		"path\tanchor\tclients\tops/s ratio\tp50 ratio\tp95 ratio\tCPU/op ratio\tWAL/op ratio\t", lines)
+}
+
+// costRatio is mine/theirs, or "-" when either was not measured or
+// theirs is 0.
+func costRatio(mine, theirs *float64) string {
+	if mine == nil || theirs == nil || *theirs == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", *mine / *theirs)
 }

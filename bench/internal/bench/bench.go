@@ -1,5 +1,5 @@
 // Package bench measures compare-and-replay end to end (the code behind
-// `runledger bench`): it seeds a database with succeeded sources, runs
+// the bench command): it seeds a database with succeeded sources, runs
 // replay.SucceededJob from N concurrent clients for a fixed time on each
 // path (inserted, existing, mismatch, not_found), and reports throughput
 // and latency percentiles; optionally it runs the same work from pgbench,
@@ -129,8 +129,11 @@ type Options struct {
 // pgserver's durability choice: room for the data set in memory, and no
 // checkpoint forced by WAL volume during a run.
 var serverSettings = map[string]string{
-	"shared_buffers":  "1GB",
-	"max_wal_size":    "8GB",
+	"shared_buffers": "1GB",
+	"max_wal_size":   "8GB",
+	// A timed checkpoint during a run must not recycle the WAL the worker
+	// bench then decodes with pg_waldump.
+	"wal_keep_size":   "4GB",
 	"max_connections": "200",
 }
 

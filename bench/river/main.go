@@ -1,19 +1,21 @@
 // Command river runs the replay bench beside River, on one throwaway
 // durable PostgreSQL server in one run: replay.SucceededJob on the
-// inserted and existing paths (the engine of `runledger bench`), and
+// inserted and existing paths (the engine of the bench command in ..), and
 // River's Client.Insert of one job and Client.JobRetry of a waiting job
 // (River migrated with rivermigrate into the same database), with the same
 // clients, warmup and duration, in rotating order; then the ratios
-// replay/River. It is a module of its own so that River never becomes a
+// replay/River. It lives in the bench module so that River never becomes a
 // dependency of the library or of the runledger command; `make bench`
 // runs it.
 //
 //	go run . [-clients 1,16] [-sources 10000] [-duration 5s] [-warmup 1s] [-rounds 1] [-json]
 //
 // With -workers it runs the worker bench instead (the code behind
-// `runledger bench --workers`): this project's worker runtime and River's
+// `go run .. -workers`): this project's worker runtime and River's
 // Client with a queue and workers, on one throwaway durable server in one
-// run, at their defaults (50 workers) and tuned (1,000 workers), then the
+// run, at their defaults (50 workers) and tuned (1,000 workers), with the
+// server's cost per job of each throughput run (backend CPU, WAL bytes,
+// index entries, heap and HOT updates: see bench.ServerCost), then the
 // ratios runledger/River; `make bench-worker` runs it.
 //
 //	go run . -workers [-worker-jobs 50000] [-worker-default-jobs 5000] [-worker-latency-samples 200]
@@ -36,7 +38,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
+	"github.com/runledger-go/runledger/bench/internal/bench"
 )
 
 func main() {

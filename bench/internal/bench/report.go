@@ -37,6 +37,11 @@ type Result struct {
 	P95        float64 `json:"p95_ms"`
 	P99        float64 `json:"p99_ms"`
 	RoundTrips int     `json:"round_trips"`
+	// Cost is the server's cost per operation over the measured time
+	// (loopback runs of the Go client and the anchors; Jobs counts
+	// operations).
+	Cost *ServerCost `json:"server_cost,omitempty"`
+	cost *costTotals
 }
 
 // Report is the outcome of Run.
@@ -129,7 +134,7 @@ func (r *Report) Text(w io.Writer) {
 	for _, k := range r.groups() {
 		fmt.Fprintf(w, "\n== %s, %d sources, %s\n", serverTitle(k.server), k.sources, rttTitle(k.addedRTT, k.proxied))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "path\tclients\tclient\tround trips\tops/s\tp50 ms\tp95 ms\tp99 ms\terrors\theld ms\t")
+		fmt.Fprintln(tw, "path\tclients\tclient\tround trips\tops/s\tp50 ms\tp95 ms\tp99 ms\terrors\theld ms\tCPU us/op\tWAL B/op\tindex entries/op\t")
 		for _, res := range r.Results {
 			if !k.match(res) {
 				continue
@@ -142,13 +147,22 @@ func (r *Report) Text(w io.Writer) {
 			if res.Operation != "" {
 				client += " " + res.Operation
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\t\n",
-				res.Path, res.Clients, client, res.RoundTrips, res.PerSecond, res.P50, res.P95, res.P99, res.Errors, held)
+			cpu, wal, idx := "-", "-", "-"
+			if c := res.Cost; c != nil {
+				cpu, wal, idx = fmtCost(c.CPUPerJobUS, 1), fmtCost(c.WALBytesPerJob, 0), fmtCost(c.IndexEntriesPerJob, 1)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%s\t\n",
+				res.Path, res.Clients, client, res.RoundTrips, res.PerSecond, res.P50, res.P95, res.P99, res.Errors, held, cpu, wal, idx)
 		}
 		tw.Flush()
 		for _, res := range r.Results {
 			if k.match(res) && res.FirstError != "" {
 				fmt.Fprintf(w, "  first error, %s %s %d clients: %s\n", res.Client, res.Path, res.Clients, res.FirstError)
+			}
+			if k.match(res) && res.Cost != nil {
+				for _, n := range res.Cost.Unavailable {
+					fmt.Fprintf(w, "  n/a, %s %s %d clients: %s\n", res.Client, res.Path, res.Clients, n)
+				}
 			}
 		}
 		r.ratios(w, k)

@@ -87,12 +87,7 @@ func (runledgerWorkers) Reset(ctx context.Context, dbURL string) error {
 // Insert enqueues n jobs through jobs.EnqueueMany, in batches of
 // jobs.MaxEnqueueMany, as an application fanning out work does: each job
 // with its ENQUEUED event, one statement per batch.
-func (runledgerWorkers) Insert(ctx context.Context, dbURL string, n int) error {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func (runledgerWorkers) Insert(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	maxAttempts := int32(3)
 	for done := 0; done < n; {
 		reqs := make([]jobs.EnqueueRequest, min(n-done, jobs.MaxEnqueueMany))

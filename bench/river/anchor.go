@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
+	"github.com/runledger-go/runledger/bench/internal/bench"
 	"github.com/runledger-go/runledger/internal/testdb/roundtrip"
 )
 

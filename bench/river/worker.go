@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/runledger-go/runledger/cmd/runledger/internal/bench"
+	"github.com/runledger-go/runledger/bench/internal/bench"
 )
 
 // trivialArgs is the worker bench's River job: its number.
@@ -50,7 +50,7 @@ func (riverWorkers) Describe(config string) string {
 	case bench.WorkerTuned:
 		return fmt.Sprintf("river.Config{Queues: {default: {MaxWorkers: %d}}, FetchCooldown: %s, FetchPollInterval: %s}; the rest at River's defaults", w, cooldown, poll)
 	case bench.WorkerHeartbeat:
-		return fmt.Sprintf("the tuned configuration with MaxWorkers the jobs held (River has no heartbeat: its jobs run under a timeout, and a rescuer takes back jobs stuck for an hour)")
+		return "the tuned configuration with MaxWorkers the jobs held (River has no heartbeat: its jobs run under a timeout, and a rescuer takes back jobs stuck for an hour)"
 	}
 	return fmt.Sprintf("river.Config{Queues: {default: {MaxWorkers: %d}}}; FetchCooldown %s, FetchPollInterval %s (River's defaults)", w, river.FetchCooldownDefault, river.FetchPollIntervalDefault)
 }
@@ -83,13 +83,8 @@ func (riverWorkers) Reset(ctx context.Context, dbURL string) error {
 }
 
 // Insert inserts n jobs with Client.InsertManyFast, one batch, through an
-// insert-only client.
-func (riverWorkers) Insert(ctx context.Context, dbURL string, n int) error {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+// insert-only client on pool.
+func (riverWorkers) Insert(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quiet})
 	if err != nil {
 		return err
