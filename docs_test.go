@@ -17,15 +17,6 @@ import (
 // optional title after the target.
 var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 
-// pendingLinks are broken links in pages that another change in flight
-// rewrites (docs/API.md, docs/CLI.md); they are tolerated, by exact page
-// and target, until that change lands. Every other broken link fails.
-var pendingLinks = map[string]bool{
-	"docs/API.md docs/PERFORMANCE.md":                      true,
-	"docs/CLI.md docs/PERFORMANCE.md#bulk-replay":          true,
-	"docs/CLI.md docs/PERFORMANCE.md#health-and-retention": true,
-}
-
 // inlineCode matches a code span, whose text is not a link.
 var inlineCode = regexp.MustCompile("`[^`]*`")
 
@@ -87,9 +78,6 @@ func TestMarkdownLinksResolve(t *testing.T) {
 					continue
 				}
 				checked++
-				if pendingLinks[filepath.ToSlash(page)+" "+target] {
-					continue
-				}
 				file, anchor, _ := strings.Cut(target, "#")
 				dest := page
 				if file != "" {
