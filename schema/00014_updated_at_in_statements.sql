@@ -4,11 +4,13 @@
 -- of the plan audit checks), not by a row trigger: the trigger ran a
 -- PL/pgSQL call for every row of every claim, heartbeat and completion.
 -- An UPDATE written by hand no longer moves updated_at unless it sets it.
+-- Citus handles a trigger of a distributed table (dropping one too) only
+-- with this setting (a placeholder elsewhere).
+SET LOCAL citus.enable_unsafe_triggers TO on;
 DROP TRIGGER trg_job_queue_set_updated_at ON job_queue;
 
 -- +goose Down
--- On Citus a trigger on a distributed table needs this setting (a
--- placeholder elsewhere); the trigger touches only its own row.
+-- The trigger touches only its own row, as Citus requires.
 SET LOCAL citus.enable_unsafe_triggers TO on;
 CREATE TRIGGER trg_job_queue_set_updated_at
     BEFORE UPDATE ON job_queue
