@@ -19,7 +19,8 @@ WITH clock AS (
 ),
 canceled AS (
     UPDATE job_queue
-    SET status = 'CANCELED',
+    SET updated_at = now(),
+        status = 'CANCELED',
         status_reason = $1::text,
         finished_at = clock.now
     FROM clock
@@ -188,7 +189,8 @@ acquired AS (
 ),
 leased AS (
     UPDATE job_queue
-    SET status = 'LEASED',
+    SET updated_at = now(),
+        status = 'LEASED',
         attempt = attempt + 1,
         worker_id = $3::text,
         lease_expires_at = now() + make_interval(secs => $4::float8),
@@ -358,7 +360,8 @@ WITH candidates AS MATERIALIZED (
 ),
 leased AS (
     UPDATE job_queue
-    SET status = 'LEASED',
+    SET updated_at = now(),
+        status = 'LEASED',
         attempt = attempt + 1,
         worker_id = $4::text,
         lease_expires_at = now() + make_interval(secs => $5::float8),
@@ -531,7 +534,8 @@ acquired AS (
 ),
 leased AS (
     UPDATE job_queue
-    SET status = 'LEASED',
+    SET updated_at = now(),
+        status = 'LEASED',
         attempt = attempt + 1,
         worker_id = $3::text,
         lease_expires_at = now() + make_interval(secs => $4::float8),
@@ -683,7 +687,8 @@ clock AS (
 ),
 completed AS (
     UPDATE job_queue jq
-    SET status = 'SUCCEEDED',
+    SET updated_at = now(),
+        status = 'SUCCEEDED',
         stage = 'completed',
         output = input.output,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
@@ -857,7 +862,8 @@ WITH input AS (
 ),
 completed AS (
     UPDATE job_queue jq
-    SET status = 'SUCCEEDED',
+    SET updated_at = now(),
+        status = 'SUCCEEDED',
         stage = 'completed',
         output = input.output,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
@@ -1370,7 +1376,8 @@ locked AS MATERIALIZED (
 ),
 failed AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                      THEN jq.stage ELSE 'scheduled' END,
@@ -1561,7 +1568,8 @@ WITH input AS (
 ),
 failed AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                      THEN jq.stage ELSE 'scheduled' END,
@@ -1890,7 +1898,8 @@ locked AS MATERIALIZED (
 ),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = input.lease_until,
+    SET updated_at = now(),
+        lease_expires_at = input.lease_until,
         last_heartbeat_at = input.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
@@ -2009,7 +2018,8 @@ WITH input AS (
 ),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = input.lease_until,
+    SET updated_at = now(),
+        lease_expires_at = input.lease_until,
         last_heartbeat_at = input.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
@@ -2852,7 +2862,8 @@ expired AS (
 ),
 recovered AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
@@ -3009,7 +3020,8 @@ WITH expired AS (
 ),
 recovered AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at ELSE expired.retry_at END,
@@ -3150,7 +3162,8 @@ clock AS (
 ),
 released AS (
     UPDATE job_queue jq
-    SET status = 'PENDING',
+    SET updated_at = now(),
+        status = 'PENDING',
         attempt = jq.attempt - 1,
         stage = 'queued',
         worker_id = NULL,

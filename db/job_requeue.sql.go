@@ -326,7 +326,8 @@ target AS (
 ),
 requeued AS (
     UPDATE job_queue
-    SET status = 'PENDING',
+    SET updated_at = now(),
+        status = 'PENDING',
         stage = 'queued',
         progress_done = (CASE WHEN $5::bool THEN NULL ELSE job_queue.progress_done END)::bigint,
         progress_total = (CASE WHEN $5::bool THEN NULL ELSE job_queue.progress_total END)::bigint,
@@ -621,7 +622,8 @@ target AS MATERIALIZED (
 ),
 requeued AS (
     UPDATE job_queue
-    SET status = 'PENDING',
+    SET updated_at = now(),
+        status = 'PENDING',
         stage = 'queued',
         progress_done = (CASE WHEN $5::bool THEN NULL ELSE job_queue.progress_done END)::bigint,
         progress_total = (CASE WHEN $5::bool THEN NULL ELSE job_queue.progress_total END)::bigint,

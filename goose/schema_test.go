@@ -184,7 +184,10 @@ func TestProgressPercentIsDerived(t *testing.T) {
 	}
 }
 
-func TestUpdatedAtTriggerFires(t *testing.T) {
+// job_queue.updated_at is set by the statements that update a job (the
+// plan audit checks each one), not by a trigger since 00014;
+// job_definitions keeps its trigger.
+func TestUpdatedAtSetByStatementsAndDefinitionTrigger(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	seedJobs(t, pool)
@@ -192,17 +195,17 @@ func TestUpdatedAtTriggerFires(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE job_queue SET updated_at = '2000-01-01', created_at = '2000-01-01' WHERE id = `+other); err != nil {
 		t.Fatal(err)
 	}
+	var updated time.Time
+	if err := pool.QueryRow(ctx, `UPDATE job_queue SET priority = 5 WHERE id = `+other+`
+	    RETURNING updated_at`).Scan(&updated); err != nil {
+		t.Fatal(err)
+	}
+	if updated.Year() != 2000 {
+		t.Fatalf("job_queue updated_at %s moved by an update that did not set it: a trigger is left", updated)
+	}
 	// The times come back as values and are compared here: Citus allows
 	// no non-immutable function in a RETURNING clause.
 	before := time.Now().Add(-time.Minute)
-	var updated, created time.Time
-	if err := pool.QueryRow(ctx, `UPDATE job_queue SET priority = 5 WHERE id = `+other+`
-	    RETURNING updated_at, created_at`).Scan(&updated, &created); err != nil {
-		t.Fatal(err)
-	}
-	if !updated.After(before) || created.Year() != 2000 {
-		t.Fatalf("after an update: updated_at %s (want now), created_at %s (want kept)", updated, created)
-	}
 	if _, err := pool.Exec(ctx, `UPDATE job_definitions SET updated_at = '2000-01-01'`); err != nil {
 		t.Fatal(err)
 	}

@@ -69,3 +69,14 @@ func exists(t testing.TB, q testdb.Querier, id uuid.UUID) bool {
 	t.Helper()
 	return testdb.Scalar[bool](t, q, `SELECT EXISTS (SELECT 1 FROM job_queue WHERE id = $1)`, id)
 }
+
+// noOrphanEvents fails when an event's job is gone. Events have no
+// foreign key to their job: the prune deletes both in one statement, and
+// this check, one query over the whole table, stands where the key stood.
+func noOrphanEvents(t testing.TB, q testdb.Querier) {
+	t.Helper()
+	if n := testdb.Scalar[int64](t, q, `SELECT count(*) FROM job_events e
+		WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.organization_id = e.organization_id AND q.id = e.job_id)`); n != 0 {
+		t.Fatalf("%d events whose job is gone", n)
+	}
+}

@@ -115,6 +115,7 @@ func TestPruneLineageShapes(t *testing.T) {
 			if dry && left != events || !dry && left != events-res.DeletedEvents {
 				t.Fatalf("%d events left of %d", left, events)
 			}
+			noOrphanEvents(t, pool)
 			// The workflow still owns its job; every lineage row's jobs exist.
 			if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM workflow_steps WHERE job_id = $1`, w); n != 1 {
 				t.Fatal("the workflow step lost its job")
@@ -196,6 +197,7 @@ func TestPruneStatusesAndEveryTenant(t *testing.T) {
 	if !exists(t, pool, s) || !exists(t, pool, r) || !exists(t, pool, dead) {
 		t.Fatal("a job of another status, or its family, was deleted")
 	}
+	noOrphanEvents(t, pool)
 }
 
 // A prune never waits on a row another transaction holds: a job a worker
@@ -240,6 +242,7 @@ func TestPruneInterruptedAndRerun(t *testing.T) {
 	testdb.Exec(t, pool, `INSERT INTO job_queue (organization_id, job_type, status, max_attempts, attempt, stage, started_at, finished_at)
 		SELECT $1, 't', 'SUCCEEDED', 3, 1, 'completed', now() - interval '3 days', now() - interval '2 days' - make_interval(secs => n)
 		FROM generate_series(1, 250) n`, orgA)
+	testdb.Exec(t, pool, `INSERT INTO job_events (organization_id, job_id, event_type) SELECT organization_id, id, 'ENQUEUED' FROM job_queue`)
 	keep := insert(t, pool, recent(orgA, "SUCCEEDED"))
 	stop, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -252,11 +255,14 @@ func TestPruneInterruptedAndRerun(t *testing.T) {
 	if n := testdb.Count(t, pool, "job_queue"); n != 151 {
 		t.Fatalf("%d jobs after the first batch, want 151", n)
 	}
+	// The committed batch took its jobs' events with it.
+	noOrphanEvents(t, pool)
 	req.Progress = nil
 	res, err = health.Prune(ctx, pool, req)
 	if err != nil || res.DeletedJobs != 150 || !exists(t, pool, keep) || testdb.Count(t, pool, "job_queue") != 1 {
 		t.Fatalf("rerun: %+v %v", res, err)
 	}
+	noOrphanEvents(t, pool)
 }
 
 // Beside workers claiming and completing, and replays of the jobs being
@@ -358,6 +364,7 @@ func TestPruneBesideClaimsCompletesAndReplays(t *testing.T) {
 	if n := testdb.Scalar[int64](t, pool, `SELECT count(*) FROM job_queue q WHERE NOT EXISTS (SELECT 1 FROM job_events e WHERE e.organization_id = q.organization_id AND e.job_id = q.id)`); n != 0 {
 		t.Fatalf("%d jobs lost their events", n)
 	}
+	noOrphanEvents(t, pool)
 }
 
 // Bad requests fail with their code before any database work.

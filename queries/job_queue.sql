@@ -225,7 +225,8 @@ acquired AS (
 ),
 leased AS (
     UPDATE job_queue
-    SET status = 'LEASED',
+    SET updated_at = now(),
+        status = 'LEASED',
         attempt = attempt + 1,
         worker_id = @worker_id::text,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
@@ -311,7 +312,8 @@ WITH candidates AS MATERIALIZED (
 ),
 leased AS (
     UPDATE job_queue
-    SET status = 'LEASED',
+    SET updated_at = now(),
+        status = 'LEASED',
         attempt = attempt + 1,
         worker_id = @worker_id::text,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
@@ -375,7 +377,8 @@ acquired AS (
 ),
 leased AS (
     UPDATE job_queue
-    SET status = 'LEASED',
+    SET updated_at = now(),
+        status = 'LEASED',
         attempt = attempt + 1,
         worker_id = @worker_id::text,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
@@ -466,7 +469,8 @@ clock AS (
 ),
 completed AS (
     UPDATE job_queue jq
-    SET status = 'SUCCEEDED',
+    SET updated_at = now(),
+        status = 'SUCCEEDED',
         stage = 'completed',
         output = input.output,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
@@ -518,7 +522,8 @@ WITH input AS (
 ),
 completed AS (
     UPDATE job_queue jq
-    SET status = 'SUCCEEDED',
+    SET updated_at = now(),
+        status = 'SUCCEEDED',
         stage = 'completed',
         output = input.output,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
@@ -596,7 +601,8 @@ locked AS MATERIALIZED (
 ),
 failed AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                      THEN jq.stage ELSE 'scheduled' END,
@@ -667,7 +673,8 @@ WITH input AS (
 ),
 failed AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
                      THEN jq.stage ELSE 'scheduled' END,
@@ -759,7 +766,8 @@ locked AS MATERIALIZED (
 ),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = input.lease_until,
+    SET updated_at = now(),
+        lease_expires_at = input.lease_until,
         last_heartbeat_at = input.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
@@ -810,7 +818,8 @@ WITH input AS (
 ),
 beat AS (
     UPDATE job_queue jq
-    SET lease_expires_at = input.lease_until,
+    SET updated_at = now(),
+        lease_expires_at = input.lease_until,
         last_heartbeat_at = input.at,
         progress_done = COALESCE(input.progress_done, jq.progress_done),
         progress_total = COALESCE(input.progress_total, jq.progress_total),
@@ -864,7 +873,8 @@ clock AS (
 ),
 released AS (
     UPDATE job_queue jq
-    SET status = 'PENDING',
+    SET updated_at = now(),
+        status = 'PENDING',
         attempt = jq.attempt - 1,
         stage = 'queued',
         worker_id = NULL,
@@ -906,7 +916,8 @@ WITH clock AS (
 ),
 canceled AS (
     UPDATE job_queue
-    SET status = 'CANCELED',
+    SET updated_at = now(),
+        status = 'CANCELED',
         status_reason = sqlc.narg(reason)::text,
         finished_at = clock.now
     FROM clock
@@ -954,7 +965,8 @@ expired AS (
 ),
 recovered AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at
@@ -1014,7 +1026,8 @@ WITH expired AS (
 ),
 recovered AS (
     UPDATE job_queue jq
-    SET status = CASE WHEN jq.attempt >= jq.max_attempts
+    SET updated_at = now(),
+        status = CASE WHEN jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
         stage = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.stage ELSE 'scheduled' END,
         next_run_at = CASE WHEN jq.attempt >= jq.max_attempts THEN jq.next_run_at ELSE expired.retry_at END,

@@ -59,7 +59,8 @@ target AS (
 ),
 requeued AS (
     UPDATE job_queue
-    SET status = 'PENDING',
+    SET updated_at = now(),
+        status = 'PENDING',
         stage = 'queued',
         progress_done = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_done END)::bigint,
         progress_total = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_total END)::bigint,
@@ -185,7 +186,8 @@ target AS MATERIALIZED (
 ),
 requeued AS (
     UPDATE job_queue
-    SET status = 'PENDING',
+    SET updated_at = now(),
+        status = 'PENDING',
         stage = 'queued',
         progress_done = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_done END)::bigint,
         progress_total = (CASE WHEN @reset_progress::bool THEN NULL ELSE job_queue.progress_total END)::bigint,

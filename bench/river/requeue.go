@@ -125,6 +125,9 @@ func runRequeueBench(ctx context.Context, dbURL string, singleOps, blocks, bulkJ
 	total := singleOps + bulkJobs
 	for _, stmt := range []string{
 		`INSERT INTO job_definitions (job_type) VALUES ('` + requeueJobType + `') ON CONFLICT (job_type) DO UPDATE SET is_enabled = true`,
+		// Events have no foreign key to their job: they go by hand.
+		`DELETE FROM job_events e USING job_queue q
+		 WHERE q.organization_id = e.organization_id AND q.id = e.job_id AND q.job_type = '` + requeueJobType + `'`,
 		`DELETE FROM job_queue WHERE job_type = '` + requeueJobType + `'`,
 		`TRUNCATE river_job`,
 	} {

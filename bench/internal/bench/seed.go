@@ -82,6 +82,9 @@ func prepare(ctx context.Context, url string, n int, logf func(string, ...any)) 
 		 ON CONFLICT (job_type) DO UPDATE SET is_enabled = true`,
 		// Lineage first: it references the replay jobs without cascade.
 		`DELETE FROM job_replays WHERE source_job_id IN (SELECT id FROM job_queue WHERE job_type = '`+JobType+`')`,
+		// Events have no foreign key to their job: they go by hand.
+		`DELETE FROM job_events e USING job_queue q
+		 WHERE q.organization_id = e.organization_id AND q.id = e.job_id AND q.job_type = '`+JobType+`'`,
 		`DELETE FROM job_queue WHERE job_type = '`+JobType+`'`,
 		`INSERT INTO job_queue (id, job_type, organization_id, payload, status, priority, run_number, attempt,
 		     max_attempts, timeout_seconds, next_run_at, worker_id, started_at, finished_at, stage,
