@@ -26,7 +26,11 @@ canceled AS (
     FROM clock
     WHERE job_queue.organization_id = $2
       AND job_queue.id = $3
-      AND job_queue.status IN ('PENDING', 'LEASED')
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup, so the plan stays
+      -- the lookup by primary key even under statistics taken before
+      -- the queue grew (the audit: TestHotPlansStayBounded).
+      AND job_queue.status::text IN ('PENDING', 'LEASED')
     RETURNING job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key
 ),
 event AS (
@@ -146,7 +150,13 @@ candidates AS MATERIALIZED (
           AND jq.priority = priorities.priority
           AND jq.next_run_at <= now()
           AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
-          AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
+          -- A paused type's jobs are passed over. The type is compared as
+          -- an expression (job_type || ''), which has no statistics: for
+          -- the column itself the planner estimates the inequality from
+          -- its distinct values, and for a backlog of one type it expected
+          -- no row to pass, so it read and sorted the whole backlog instead
+          -- of walking the claim index (TestHotPlansStayBounded).
+          AND (jq.job_type || '') <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
           AND (
               jq.execution_resource_key IS NULL
               OR NOT EXISTS (
@@ -678,7 +688,13 @@ locked AS MATERIALIZED (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup; and the ids as an array,
+      -- so that the primary key's range is the tenant's batch and not the
+      -- tenant, even under statistics taken before the queue grew (the
+      -- audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY($7::uuid[])
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 ),
@@ -702,7 +718,8 @@ completed AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY($7::uuid[])
       AND jq.lease_expires_at > clock.at
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
 ),
@@ -1370,7 +1387,13 @@ locked AS MATERIALIZED (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup; and the ids as an array,
+      -- so that the primary key's range is the tenant's batch and not the
+      -- tenant, even under statistics taken before the queue grew (the
+      -- audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY($12::uuid[])
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 ),
@@ -1399,7 +1422,8 @@ failed AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY($12::uuid[])
       AND jq.lease_expires_at > input.at
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.failure_kind
 ),
@@ -1892,7 +1916,13 @@ locked AS MATERIALIZED (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup; and the ids as an array,
+      -- so that the primary key's range is the tenant's batch and not the
+      -- tenant, even under statistics taken before the queue grew (the
+      -- audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY($8::uuid[])
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 ),
@@ -1911,7 +1941,8 @@ beat AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY($8::uuid[])
       AND jq.lease_expires_at > input.at
     RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
@@ -2854,7 +2885,10 @@ expired AS (
     SELECT organization_id, id
     FROM job_queue
     WHERE status = 'LEASED'
-      AND lease_expires_at < clock_timestamp()
+      -- The clock read once (an InitPlan), not clock_timestamp() per row: a
+      -- volatile call cannot bound an index range, and the scan would read
+      -- every lease to find the expired ones.
+      AND lease_expires_at < (SELECT at FROM clock)
       AND pg_try_advisory_xact_lock($1::bigint)
     ORDER BY lease_expires_at
     LIMIT $2
@@ -3176,7 +3210,11 @@ released AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup, so the plan stays
+      -- the lookup by primary key even under statistics taken before
+      -- the queue grew (the audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
       AND jq.lease_expires_at > clock.at
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.worker_id AS released_by
 ),

@@ -182,7 +182,13 @@ candidates AS MATERIALIZED (
           AND jq.priority = priorities.priority
           AND jq.next_run_at <= now()
           AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
-          AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
+          -- A paused type's jobs are passed over. The type is compared as
+          -- an expression (job_type || ''), which has no statistics: for
+          -- the column itself the planner estimates the inequality from
+          -- its distinct values, and for a backlog of one type it expected
+          -- no row to pass, so it read and sorted the whole backlog instead
+          -- of walking the claim index (TestHotPlansStayBounded).
+          AND (jq.job_type || '') <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
           AND (
               jq.execution_resource_key IS NULL
               OR NOT EXISTS (
@@ -460,7 +466,13 @@ locked AS MATERIALIZED (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup; and the ids as an array,
+      -- so that the primary key's range is the tenant's batch and not the
+      -- tenant, even under statistics taken before the queue grew (the
+      -- audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY(@ids::uuid[])
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 ),
@@ -484,7 +496,8 @@ completed AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY(@ids::uuid[])
       AND jq.lease_expires_at > clock.at
     RETURNING jq.*
 ),
@@ -595,7 +608,13 @@ locked AS MATERIALIZED (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup; and the ids as an array,
+      -- so that the primary key's range is the tenant's batch and not the
+      -- tenant, even under statistics taken before the queue grew (the
+      -- audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY(@ids::uuid[])
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 ),
@@ -624,7 +643,8 @@ failed AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY(@ids::uuid[])
       AND jq.lease_expires_at > input.at
     RETURNING jq.*, input.failure_kind
 ),
@@ -760,7 +780,13 @@ locked AS MATERIALIZED (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup; and the ids as an array,
+      -- so that the primary key's range is the tenant's batch and not the
+      -- tenant, even under statistics taken before the queue grew (the
+      -- audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY(@ids::uuid[])
     ORDER BY jq.id
     FOR NO KEY UPDATE OF jq
 ),
@@ -779,7 +805,8 @@ beat AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      AND jq.status::text = 'LEASED'
+      AND jq.id = ANY(@ids::uuid[])
       AND jq.lease_expires_at > input.at
     RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
@@ -887,7 +914,11 @@ released AS (
       AND jq.run_number = input.run_number
       AND jq.attempt = input.attempt
       AND jq.worker_id = input.worker_id
-      AND jq.status = 'LEASED'
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup, so the plan stays
+      -- the lookup by primary key even under statistics taken before
+      -- the queue grew (the audit: TestHotPlansStayBounded).
+      AND jq.status::text = 'LEASED'
       AND jq.lease_expires_at > clock.at
     RETURNING jq.*, input.worker_id AS released_by
 ),
@@ -923,7 +954,11 @@ canceled AS (
     FROM clock
     WHERE job_queue.organization_id = @organization_id
       AND job_queue.id = @id
-      AND job_queue.status IN ('PENDING', 'LEASED')
+      -- status as text: a partial index on status (the live jobs', the
+      -- leases' expiry) cannot serve this lookup, so the plan stays
+      -- the lookup by primary key even under statistics taken before
+      -- the queue grew (the audit: TestHotPlansStayBounded).
+      AND job_queue.status::text IN ('PENDING', 'LEASED')
     RETURNING job_queue.*
 ),
 event AS (
@@ -957,7 +992,10 @@ expired AS (
     SELECT organization_id, id
     FROM job_queue
     WHERE status = 'LEASED'
-      AND lease_expires_at < clock_timestamp()
+      -- The clock read once (an InitPlan), not clock_timestamp() per row: a
+      -- volatile call cannot bound an index range, and the scan would read
+      -- every lease to find the expired ones.
+      AND lease_expires_at < (SELECT at FROM clock)
       AND pg_try_advisory_xact_lock(@lock_key::bigint)
     ORDER BY lease_expires_at
     LIMIT @max_jobs
