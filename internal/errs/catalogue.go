@@ -191,11 +191,45 @@ var Catalogue = []Entry{
 	{runledger.CodeUniqueViolation, runledger.CategoryConflict,
 		"Another unique constraint refused the write (SQLSTATE 23505)."},
 
+	// Queue health and retention (package health, runledger stats and prune).
+	{"health.stats_window_invalid", runledger.CategoryValidation,
+		"The stats window is not positive or is over 31 days. Give a window from 1ns to 31 days."},
+	{"health.job_type_invalid", runledger.CategoryValidation,
+		"The stats job type filter is blank, not valid UTF-8, holds a NUL byte or is over 255 bytes."},
+	{"health.prune_cutoff_invalid", runledger.CategoryValidation,
+		"A prune needs exactly one cutoff: a finished-before time or a positive older-than age."},
+	{"health.prune_status_invalid", runledger.CategoryValidation,
+		"A prune status is not SUCCEEDED, DEAD_LETTERED or CANCELED: only finished jobs are pruned."},
+	{"health.prune_batch_invalid", runledger.CategoryValidation,
+		"The prune batch size is not between 1 and 10,000."},
+
+	// Schedules (package schedules, runledger schedules).
+	{"schedule.name_invalid", runledger.CategoryValidation,
+		"The schedule name is blank, not valid UTF-8, holds a NUL byte or is over 200 bytes."},
+	{"schedule.cron_invalid", runledger.CategoryValidation,
+		"The cron expression does not have five fields (or six, seconds first), uses a descriptor or a zone prefix, or never fires. Write the fields; set the zone apart."},
+	{"schedule.timezone_invalid", runledger.CategoryValidation,
+		"The time zone is not an IANA zone name such as UTC or Europe/Berlin."},
+	{"schedule.job_type_invalid", runledger.CategoryValidation,
+		"The schedule's job type is blank, not valid UTF-8, holds a NUL byte or is over 255 bytes."},
+	{"schedule.payload_invalid", runledger.CategoryValidation,
+		"The schedule's payload is not a JSON object, holds a \"schedule\" key (the firer adds it) or is over 1 MiB."},
+	{"schedule.jitter_invalid", runledger.CategoryValidation,
+		"The jitter is not whole seconds from 0 to 24 hours."},
+	{"schedule.missed_invalid", runledger.CategoryValidation,
+		"The missed-tick policy is not latest, skip or all, or its maximum is not from 1 to 1,000."},
+	{"schedule.limit_invalid", runledger.CategoryValidation,
+		"The limit is not between 1 and 1,000."},
+	{"schedule.unsupported_isolation", runledger.CategoryValidation,
+		"schedules.UpsertTx ran in a transaction that is not read-write READ COMMITTED; nothing was read or written. Use such a transaction, or Upsert."},
+
 	// NotFound: nothing of that name in the caller's scope.
 	{runledger.CodeJobNotFound, runledger.CategoryNotFound,
 		"No job with that id in the caller's scope. Replay reports a missing source as its NotFound outcome instead."},
 	{runledger.CodeDefinitionMissing, runledger.CategoryNotFound,
 		"A definition read found no definition for the job type."},
+	{"schedule.not_found", runledger.CategoryNotFound,
+		"No schedule of that name in the caller's scope."},
 
 	// Forbidden: the database refused the privileges.
 	{"db.permission_denied", runledger.CategoryForbidden,

@@ -13,7 +13,7 @@ import (
 )
 
 // codeLiteral matches a quoted error code in Go source.
-var codeLiteral = regexp.MustCompile(`"((?:job|db|cli|worker)\.[a-z_]+)"`)
+var codeLiteral = regexp.MustCompile(`"((?:job|db|cli|worker|health|schedule|console)\.[a-z_]+)"`)
 
 // unlisted are codes the source names that are neither returned nor
 // recorded: worker.CodeShutdown is declared so that no handler reuses it,
