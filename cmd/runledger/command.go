@@ -109,6 +109,11 @@ func (c *command) words() []string { return strings.Fields(c.name) }
 // nargs is the number of positional arguments the command takes.
 func (c *command) nargs() int { return len(strings.Fields(c.args)) }
 
+// The commands are listed in the registry's order, not sorted. cobra reads
+// this package-level setting; it is set once here, because tests run the
+// command line from parallel goroutines.
+func init() { cobra.EnableCommandSorting = false }
+
 // newRoot builds the cobra command tree of the registry: a group command
 // for the first word of multi-word commands, a leaf per command. Each leaf
 // parses its flags with pflag (on the arguments normalizeArgs rewrote),
@@ -116,7 +121,6 @@ func (c *command) nargs() int { return len(strings.Fields(c.args)) }
 // leaf(c, pos, run) to run it. The root's persistent flags are the
 // global --json, --database-url and -h/--help.
 func newRoot(leaf func(cmd *command, pos []string, run runFunc) error) (*cobra.Command, *bool, *string) {
-	cobra.EnableCommandSorting = false
 	root := &cobra.Command{
 		Use:           "runledger",
 		Short:         "runledger: a durable job ledger on PostgreSQL, with compare-and-replay of succeeded jobs.",
