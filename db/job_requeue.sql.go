@@ -115,6 +115,44 @@ func (q *Queries) JobEventListRequeuedForJob(ctx context.Context, db DBTX, arg J
 	return items, nil
 }
 
+const jobEventRequeuedMany = `-- name: JobEventRequeuedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], NULLIF(($3::int[])[e.ord], 0), 'REQUEUED',
+       jsonb_strip_nulls(jsonb_build_object(
+           'reason', $4::text,
+           'state_policy', $5::text,
+           'requeue_kind', 'COMPARE_AND_REQUEUE',
+           'operator', $6::text))
+FROM unnest($7::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventRequeuedManyParams struct {
+	OrganizationID uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	Reason         string
+	StatePolicy    string
+	Operator       *string
+	Ids            []uuid.UUID
+}
+
+// JobEventRequeuedMany writes the REQUEUED event of each job
+// JobRequeueBulkRouted requeued (@ids, in id order, with at the same
+// position the run that ended and its attempt, 0: NULL), as
+// JobRequeueBulk's own events: no table read, one step on Citus.
+func (q *Queries) JobEventRequeuedMany(ctx context.Context, db DBTX, arg JobEventRequeuedManyParams) error {
+	_, err := db.Exec(ctx, jobEventRequeuedMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.Reason,
+		arg.StatePolicy,
+		arg.Operator,
+		arg.Ids,
+	)
+	return err
+}
+
 const jobGetForBulkRequeueClassification = `-- name: JobGetForBulkRequeueClassification :many
 WITH input AS (
     SELECT i.id, ($3::text[])[i.ord] AS expected_status,
@@ -720,6 +758,106 @@ func (q *Queries) JobRequeueBulk(ctx context.Context, db DBTX, arg JobRequeueBul
 			&i.Status,
 			&i.JobType,
 			&i.EventCount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRequeueBulkRouted = `-- name: JobRequeueBulkRouted :many
+UPDATE job_queue jq
+SET updated_at = now(),
+    status = 'PENDING',
+    stage = 'queued',
+    progress_done = (CASE WHEN $1::bool THEN NULL ELSE jq.progress_done END)::bigint,
+    progress_total = (CASE WHEN $1::bool THEN NULL ELSE jq.progress_total END)::bigint,
+    checkpoint = (CASE WHEN $1::bool THEN NULL ELSE jq.checkpoint END)::jsonb,
+    output = NULL,
+    run_number = jq.run_number + 1,
+    attempt = 0,
+    lease_expires_at = NULL,
+    last_heartbeat_at = NULL,
+    worker_id = NULL,
+    started_at = NULL,
+    finished_at = NULL,
+    next_run_at = clock.now,
+    status_reason = $2::text,
+    last_error_code = NULL,
+    last_error_message = NULL
+FROM (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock,
+     (SELECT b.id, b.attempt FROM job_queue b
+      WHERE b.organization_id = $3 AND b.id = ANY($4::uuid[])) before
+WHERE jq.organization_id = $3
+  AND jq.id = ANY($4::uuid[])
+  AND before.id = jq.id
+  AND jq.run_number = ($5::int[])[array_position($4::uuid[], jq.id)]
+  AND ($6::text[])[array_position($4::uuid[], jq.id)]
+      = CASE WHEN jq.status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'
+             WHEN jq.status = 'CANCELED' THEN 'CANCELED' END
+  AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+  AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock.at)
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = $3 AND ws.job_id = jq.id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+RETURNING jq.id, jq.run_number, jq.status, jq.job_type, before.attempt AS before_attempt
+`
+
+type JobRequeueBulkRoutedParams struct {
+	ResetProgress      bool
+	Reason             string
+	OrganizationID     uuid.UUID
+	Ids                []uuid.UUID
+	ExpectedRunNumbers []int32
+	ExpectedStatuses   []string
+}
+
+type JobRequeueBulkRoutedRow struct {
+	ID            uuid.UUID
+	RunNumber     int32
+	Status        JobStatus
+	JobType       string
+	BeforeAttempt int32
+}
+
+// JobRequeueBulkRouted is JobRequeueBulk without its events, in the shape
+// Citus runs in one step on the tenant's shard; the library sends it on
+// Citus, and JobEventRequeuedMany after it with the rows it returned, in
+// one transaction. The same guards, checked by the update on the newest
+// row of each job it locks (the target's status compared as the enum and
+// each expected status as text, since Citus refuses a cast of a column in
+// a routed write; a canceled lease's liveness by statement_timestamp(),
+// since Citus refuses the volatile clock_timestamp() there). The jobs are
+// locked as the update meets them, by primary key in id order. Each row
+// returns the attempt the run ended with (before_attempt, read from the
+// statement's snapshot: a job that stays DEAD_LETTERED or CANCELED at the
+// expected run keeps its attempt) for the event.
+func (q *Queries) JobRequeueBulkRouted(ctx context.Context, db DBTX, arg JobRequeueBulkRoutedParams) ([]JobRequeueBulkRoutedRow, error) {
+	rows, err := db.Query(ctx, jobRequeueBulkRouted,
+		arg.ResetProgress,
+		arg.Reason,
+		arg.OrganizationID,
+		arg.Ids,
+		arg.ExpectedRunNumbers,
+		arg.ExpectedStatuses,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobRequeueBulkRoutedRow
+	for rows.Next() {
+		var i JobRequeueBulkRoutedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunNumber,
+			&i.Status,
+			&i.JobType,
+			&i.BeforeAttempt,
 		); err != nil {
 			return nil, err
 		}
