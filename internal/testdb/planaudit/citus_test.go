@@ -53,6 +53,7 @@ var (
 		"JobCancel":        {"JobCancelRouted", "JobEventCanceled"},
 		"JobReleaseMany":   {"JobReleaseManyRouted", "JobEventReleasedMany"},
 		"JobRequeueBulk":   {"JobRequeueBulkRouted", "JobEventRequeuedMany"},
+		"JobRequeue":       {"JobRequeueRouted", "JobEventRequeued"}, // on a miss, JobGetByID and JobGetForBulkRequeueClassification instead of the event
 	}
 )
 
@@ -65,7 +66,6 @@ var (
 // key (listed for each), not by the one snapshot it has on one server.
 var subplanned = map[string]string{
 	"JobRecoverExpiredLeasesTenant": "the expired rows locked SKIP LOCKED first; " + updateThenEvents,
-	"JobRequeue":                    "the target locked FOR NO KEY UPDATE first; " + updateThenEvents,
 	"JobClaimTenantKeyed":           "the candidates locked FOR UPDATE SKIP LOCKED by JobClaimTenant before it; the resource claims' key refuses a second holder; the lease is written from the claims it took",
 	"JobEnqueueManyRouted":          "the definitions share-locked and the input read in its first steps; the insert's keys refuse a duplicate; its events are written by JobEventEnqueuedMany from the rows it returned",
 	"JobEnqueue":                    "the definition share-locked first; the insert's keys refuse a duplicate; its event is written from the insert's rows",
