@@ -86,7 +86,7 @@ test-citus: ## Run the library suites against a throwaway Citus cluster (coordin
 # claim and complete, requeue and bulk requeue; the claim across 10, 100
 # and 1,000 tenants) on one
 # PostgreSQL server and then on the Citus lane's cluster, in one run.
-CITUS_BENCH      ?= BenchmarkSucceededJob$$/(inserted|existing)|BenchmarkClaimComplete|BenchmarkClaimAcrossTenants|BenchmarkStatements|BenchmarkJob$$|BenchmarkBulk$$
+CITUS_BENCH      ?= BenchmarkSucceededJob$$/(inserted|existing)|BenchmarkClaimComplete|BenchmarkClaimAcrossTenants|BenchmarkStatements|BenchmarkJob$$|BenchmarkBulk$$|BenchmarkEnqueueKeyed$$
 CITUS_BENCH_TIME ?= 2s
 
 .PHONY: bench-citus

@@ -1247,6 +1247,135 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 	return i, err
 }
 
+const jobEnqueueDefinitionRouted = `-- name: JobEnqueueDefinitionRouted :one
+SELECT d.default_priority, d.max_attempts, d.default_timeout_seconds
+FROM job_definitions d
+WHERE d.job_type = $1 AND d.is_enabled
+  AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                  WHERE taken.organization_id = $2::uuid AND taken.id = $3)
+  AND ($4::jsonb IS NULL
+       OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
+FOR SHARE OF d
+`
+
+type JobEnqueueDefinitionRoutedParams struct {
+	JobType        string
+	OrganizationID uuid.UUID
+	ID             uuid.UUID
+	EnqueueRequest json.RawMessage
+}
+
+type JobEnqueueDefinitionRoutedRow struct {
+	DefaultPriority       int32
+	MaxAttempts           int32
+	DefaultTimeoutSeconds int32
+}
+
+// JobEnqueueDefinitionRouted is JobEnqueue's first part on Citus, where
+// JobEnqueue runs in steps through the coordinator: the definition of
+// @job_type, when enabled, read FOR SHARE (a definition change waits until
+// the transaction ends), with its defaults for the insert that follows
+// (JobEnqueueValuesRouted). No row when the definition is missing or
+// disabled, when the tenant holds @id, or, for an idempotent insert (one
+// with @enqueue_request), outside READ COMMITTED. The probe of the
+// tenant's own job_queue for @id anchors the statement on the tenant's
+// shard, where Citus runs it in one step.
+func (q *Queries) JobEnqueueDefinitionRouted(ctx context.Context, db DBTX, arg JobEnqueueDefinitionRoutedParams) (JobEnqueueDefinitionRoutedRow, error) {
+	row := db.QueryRow(ctx, jobEnqueueDefinitionRouted,
+		arg.JobType,
+		arg.OrganizationID,
+		arg.ID,
+		arg.EnqueueRequest,
+	)
+	var i JobEnqueueDefinitionRoutedRow
+	err := row.Scan(&i.DefaultPriority, &i.MaxAttempts, &i.DefaultTimeoutSeconds)
+	return i, err
+}
+
+const jobEnqueueValuesRouted = `-- name: JobEnqueueValuesRouted :one
+INSERT INTO job_queue (id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+                       next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key)
+VALUES ($1, $2, $3::uuid, $4::jsonb, $5::int, $6::int,
+        $7::int,
+        COALESCE($8::timestamptz, now()),
+        CASE WHEN $8::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+        $9::text, $10::jsonb, $11::text)
+ON CONFLICT DO NOTHING
+RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+`
+
+type JobEnqueueValuesRoutedParams struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Priority             int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            *time.Time
+	IdempotencyKey       *string
+	EnqueueRequest       json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobEnqueueValuesRouted inserts the job JobEnqueueDefinitionRouted
+// allowed, with the settings resolved against the definition's defaults
+// by the caller, as JobEnqueue does: a NULL next_run_at means now()
+// (stage queued; a future time: scheduled), and a taken key or id inserts
+// nothing (ON CONFLICT DO NOTHING, after waiting for an uncommitted
+// competitor). Without its event, which JobEventEnqueuedMany writes from
+// the row it returned. A plain INSERT ... VALUES: Citus evaluates now() on
+// the coordinator and runs it in one step on the tenant's shard.
+func (q *Queries) JobEnqueueValuesRouted(ctx context.Context, db DBTX, arg JobEnqueueValuesRoutedParams) (JobQueue, error) {
+	row := db.QueryRow(ctx, jobEnqueueValuesRouted,
+		arg.ID,
+		arg.JobType,
+		arg.OrganizationID,
+		arg.Payload,
+		arg.Priority,
+		arg.MaxAttempts,
+		arg.TimeoutSeconds,
+		arg.NextRunAt,
+		arg.IdempotencyKey,
+		arg.EnqueueRequest,
+		arg.ExecutionResourceKey,
+	)
+	var i JobQueue
+	err := row.Scan(
+		&i.ID,
+		&i.JobType,
+		&i.OrganizationID,
+		&i.Payload,
+		&i.Status,
+		&i.Priority,
+		&i.RunNumber,
+		&i.Attempt,
+		&i.MaxAttempts,
+		&i.TimeoutSeconds,
+		&i.NextRunAt,
+		&i.LeaseExpiresAt,
+		&i.LastHeartbeatAt,
+		&i.WorkerID,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.Stage,
+		&i.ProgressDone,
+		&i.ProgressTotal,
+		&i.ProgressPct,
+		&i.Checkpoint,
+		&i.IdempotencyKey,
+		&i.StatusReason,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.EnqueueRequest,
+		&i.Output,
+		&i.ExecutionResourceKey,
+	)
+	return i, err
+}
+
 const jobEventCanceled = `-- name: JobEventCanceled :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
 VALUES ($1, $2, $3::int, NULLIF($4::int, 0), 'CANCELED', $5::text,

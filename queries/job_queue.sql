@@ -68,6 +68,44 @@ event AS (
 )
 SELECT * FROM inserted;
 
+-- JobEnqueueDefinitionRouted is JobEnqueue's first part on Citus, where
+-- JobEnqueue runs in steps through the coordinator: the definition of
+-- @job_type, when enabled, read FOR SHARE (a definition change waits until
+-- the transaction ends), with its defaults for the insert that follows
+-- (JobEnqueueValuesRouted). No row when the definition is missing or
+-- disabled, when the tenant holds @id, or, for an idempotent insert (one
+-- with @enqueue_request), outside READ COMMITTED. The probe of the
+-- tenant's own job_queue for @id anchors the statement on the tenant's
+-- shard, where Citus runs it in one step.
+-- name: JobEnqueueDefinitionRouted :one
+SELECT d.default_priority, d.max_attempts, d.default_timeout_seconds
+FROM job_definitions d
+WHERE d.job_type = @job_type AND d.is_enabled
+  AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                  WHERE taken.organization_id = @organization_id::uuid AND taken.id = @id)
+  AND (sqlc.narg(enqueue_request)::jsonb IS NULL
+       OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
+FOR SHARE OF d;
+
+-- JobEnqueueValuesRouted inserts the job JobEnqueueDefinitionRouted
+-- allowed, with the settings resolved against the definition's defaults
+-- by the caller, as JobEnqueue does: a NULL next_run_at means now()
+-- (stage queued; a future time: scheduled), and a taken key or id inserts
+-- nothing (ON CONFLICT DO NOTHING, after waiting for an uncommitted
+-- competitor). Without its event, which JobEventEnqueuedMany writes from
+-- the row it returned. A plain INSERT ... VALUES: Citus evaluates now() on
+-- the coordinator and runs it in one step on the tenant's shard.
+-- name: JobEnqueueValuesRouted :one
+INSERT INTO job_queue (id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+                       next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key)
+VALUES (@id, @job_type, @organization_id::uuid, @payload::jsonb, @priority::int, @max_attempts::int,
+        @timeout_seconds::int,
+        COALESCE(sqlc.narg(next_run_at)::timestamptz, now()),
+        CASE WHEN sqlc.narg(next_run_at)::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+        sqlc.narg(idempotency_key)::text, sqlc.narg(enqueue_request)::jsonb, sqlc.narg(execution_resource_key)::text)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
 -- JobLockByIdempotencyKeyGlobal finds the global scope's job holding a
 -- key and locks it FOR NO KEY UPDATE (the status reported to the caller
 -- stays true until the transaction ends; NO KEY UPDATE so later

@@ -51,6 +51,7 @@ var (
 		"JobHeartbeatMany": {"JobHeartbeatManyRouted", "JobEventProgressMany"}, // the events only when an entry records progress
 		"JobEnqueueMany":   {"JobEnqueueManyRouted", "JobEventEnqueuedMany"},   // one tenant at a time
 		"JobCancel":        {"JobCancelRouted", "JobEventCanceled"},
+		"JobEnqueue":       {"JobEnqueueDefinitionRouted", "JobEnqueueValuesRouted", "JobEventEnqueuedMany"},
 		"JobReleaseMany":   {"JobReleaseManyRouted", "JobEventReleasedMany"},
 		"JobRequeueBulk":   {"JobRequeueBulkRouted", "JobEventRequeuedMany"},
 		"JobRequeue":       {"JobRequeueRouted", "JobEventRequeued"}, // on a miss, JobGetByID and JobGetForBulkRequeueClassification instead of the event
@@ -68,7 +69,6 @@ var subplanned = map[string]string{
 	"JobRecoverExpiredLeasesTenant": "the expired rows locked SKIP LOCKED first; " + updateThenEvents,
 	"JobClaimTenantKeyed":           "the candidates locked FOR UPDATE SKIP LOCKED by JobClaimTenant before it; the resource claims' key refuses a second holder; the lease is written from the claims it took",
 	"JobEnqueueManyRouted":          "the definitions share-locked and the input read in its first steps; the insert's keys refuse a duplicate; its events are written by JobEventEnqueuedMany from the rows it returned",
-	"JobEnqueue":                    "the definition share-locked first; the insert's keys refuse a duplicate; its event is written from the insert's rows",
 	"JobReplayInsert":               "the source locked FOR NO KEY UPDATE and the definition share-locked first; the lineage key refuses a second replay (a race the lock loop retries); the job, event and lineage are written from the earlier steps' rows",
 	"JobReplayBulkInsert":           "the sources locked by JobReplayBulkLockSources before it, the definitions share-locked in its first steps; the lineage key refuses a second replay; every insert is written from the earlier steps' rows",
 }
