@@ -83,19 +83,20 @@ test-citus: ## Run the library suites against a throwaway Citus cluster (coordin
 	  $(GO) test -count=1 $(CITUS_FLAGS) $(CITUS_PACKAGES)
 
 # The figures of docs/SCALING.md: the same benchmarks (one tenant's replay,
-# claim and complete; the claim across 10, 100 and 1,000 tenants) on one
+# claim and complete, requeue and bulk requeue; the claim across 10, 100
+# and 1,000 tenants) on one
 # PostgreSQL server and then on the Citus lane's cluster, in one run.
-CITUS_BENCH      ?= BenchmarkSucceededJob$$/(inserted|existing)|BenchmarkClaimComplete|BenchmarkClaimAcrossTenants|BenchmarkStatements
+CITUS_BENCH      ?= BenchmarkSucceededJob$$/(inserted|existing)|BenchmarkClaimComplete|BenchmarkClaimAcrossTenants|BenchmarkStatements|BenchmarkJob$$|BenchmarkBulk$$|BenchmarkEnqueueKeyed$$
 CITUS_BENCH_TIME ?= 2s
 
 .PHONY: bench-citus
 bench-citus: ## Benchmarks of docs/SCALING.md on one server, then on a Citus cluster
 	@set -e; bindir=$$(tools/citus); \
 	echo "== one PostgreSQL server"; \
-	env -u RUNLEDGER_TEST_DATABASE_URL -u RUNLEDGER_TEST_CITUS RUNLEDGER_PG_BINDIR="$$bindir" $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./lease/ ./internal/testdb/planaudit/; \
+	env -u RUNLEDGER_TEST_DATABASE_URL -u RUNLEDGER_TEST_CITUS RUNLEDGER_PG_BINDIR="$$bindir" $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./lease/ ./requeue/ ./internal/testdb/planaudit/; \
 	echo "== Citus: a coordinator and two workers"; \
 	env -u RUNLEDGER_TEST_DATABASE_URL RUNLEDGER_TEST_CITUS=1 RUNLEDGER_PG_BINDIR="$$bindir" \
-	  $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./lease/ ./internal/testdb/planaudit/
+	  $(GO) test -run '^$$' -bench '$(CITUS_BENCH)' -benchtime $(CITUS_BENCH_TIME) ./replay/ ./jobs/ ./lease/ ./requeue/ ./internal/testdb/planaudit/
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)

@@ -131,6 +131,68 @@ func (q *Queries) JobCancel(ctx context.Context, db DBTX, arg JobCancelParams) (
 	return i, err
 }
 
+const jobCancelRouted = `-- name: JobCancelRouted :one
+UPDATE job_queue
+SET updated_at = now(),
+    status = 'CANCELED',
+    status_reason = $1::text,
+    finished_at = now()
+WHERE job_queue.organization_id = $2
+  AND job_queue.id = $3
+  AND job_queue.status IN ('PENDING', 'LEASED')
+RETURNING job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key
+`
+
+type JobCancelRoutedParams struct {
+	Reason         *string
+	OrganizationID uuid.UUID
+	ID             uuid.UUID
+}
+
+// JobCancelRouted is JobCancel without its event, in the shape Citus runs
+// in one step on the tenant's shard; the library sends it on Citus, and
+// JobEventCanceled after it with the row it returned, in one transaction.
+// The status is compared as the enum: Citus refuses the cast to text (a
+// stable function of a column) in a routed write; the lookup is by
+// primary key either way.
+func (q *Queries) JobCancelRouted(ctx context.Context, db DBTX, arg JobCancelRoutedParams) (JobQueue, error) {
+	row := db.QueryRow(ctx, jobCancelRouted, arg.Reason, arg.OrganizationID, arg.ID)
+	var i JobQueue
+	err := row.Scan(
+		&i.ID,
+		&i.JobType,
+		&i.OrganizationID,
+		&i.Payload,
+		&i.Status,
+		&i.Priority,
+		&i.RunNumber,
+		&i.Attempt,
+		&i.MaxAttempts,
+		&i.TimeoutSeconds,
+		&i.NextRunAt,
+		&i.LeaseExpiresAt,
+		&i.LastHeartbeatAt,
+		&i.WorkerID,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.Stage,
+		&i.ProgressDone,
+		&i.ProgressTotal,
+		&i.ProgressPct,
+		&i.Checkpoint,
+		&i.IdempotencyKey,
+		&i.StatusReason,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.EnqueueRequest,
+		&i.Output,
+		&i.ExecutionResourceKey,
+	)
+	return i, err
+}
+
 const jobClaim = `-- name: JobClaim :many
 WITH RECURSIVE priorities (priority) AS (
     SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING'
@@ -1185,6 +1247,168 @@ func (q *Queries) JobEnqueue(ctx context.Context, db DBTX, arg JobEnqueueParams)
 	return i, err
 }
 
+const jobEnqueueDefinitionRouted = `-- name: JobEnqueueDefinitionRouted :one
+SELECT d.default_priority, d.max_attempts, d.default_timeout_seconds
+FROM job_definitions d
+WHERE d.job_type = $1 AND d.is_enabled
+  AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                  WHERE taken.organization_id = $2::uuid AND taken.id = $3)
+  AND ($4::jsonb IS NULL
+       OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
+FOR SHARE OF d
+`
+
+type JobEnqueueDefinitionRoutedParams struct {
+	JobType        string
+	OrganizationID uuid.UUID
+	ID             uuid.UUID
+	EnqueueRequest json.RawMessage
+}
+
+type JobEnqueueDefinitionRoutedRow struct {
+	DefaultPriority       int32
+	MaxAttempts           int32
+	DefaultTimeoutSeconds int32
+}
+
+// JobEnqueueDefinitionRouted is JobEnqueue's first part on Citus, where
+// JobEnqueue runs in steps through the coordinator: the definition of
+// @job_type, when enabled, read FOR SHARE (a definition change waits until
+// the transaction ends), with its defaults for the insert that follows
+// (JobEnqueueValuesRouted). No row when the definition is missing or
+// disabled, when the tenant holds @id, or, for an idempotent insert (one
+// with @enqueue_request), outside READ COMMITTED. The probe of the
+// tenant's own job_queue for @id anchors the statement on the tenant's
+// shard, where Citus runs it in one step.
+func (q *Queries) JobEnqueueDefinitionRouted(ctx context.Context, db DBTX, arg JobEnqueueDefinitionRoutedParams) (JobEnqueueDefinitionRoutedRow, error) {
+	row := db.QueryRow(ctx, jobEnqueueDefinitionRouted,
+		arg.JobType,
+		arg.OrganizationID,
+		arg.ID,
+		arg.EnqueueRequest,
+	)
+	var i JobEnqueueDefinitionRoutedRow
+	err := row.Scan(&i.DefaultPriority, &i.MaxAttempts, &i.DefaultTimeoutSeconds)
+	return i, err
+}
+
+const jobEnqueueValuesRouted = `-- name: JobEnqueueValuesRouted :one
+INSERT INTO job_queue (id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+                       next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key)
+VALUES ($1, $2, $3::uuid, $4::jsonb, $5::int, $6::int,
+        $7::int,
+        COALESCE($8::timestamptz, now()),
+        CASE WHEN $8::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+        $9::text, $10::jsonb, $11::text)
+ON CONFLICT DO NOTHING
+RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+`
+
+type JobEnqueueValuesRoutedParams struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Priority             int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            *time.Time
+	IdempotencyKey       *string
+	EnqueueRequest       json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobEnqueueValuesRouted inserts the job JobEnqueueDefinitionRouted
+// allowed, with the settings resolved against the definition's defaults
+// by the caller, as JobEnqueue does: a NULL next_run_at means now()
+// (stage queued; a future time: scheduled), and a taken key or id inserts
+// nothing (ON CONFLICT DO NOTHING, after waiting for an uncommitted
+// competitor). Without its event, which JobEventEnqueuedMany writes from
+// the row it returned. A plain INSERT ... VALUES: Citus evaluates now() on
+// the coordinator and runs it in one step on the tenant's shard.
+func (q *Queries) JobEnqueueValuesRouted(ctx context.Context, db DBTX, arg JobEnqueueValuesRoutedParams) (JobQueue, error) {
+	row := db.QueryRow(ctx, jobEnqueueValuesRouted,
+		arg.ID,
+		arg.JobType,
+		arg.OrganizationID,
+		arg.Payload,
+		arg.Priority,
+		arg.MaxAttempts,
+		arg.TimeoutSeconds,
+		arg.NextRunAt,
+		arg.IdempotencyKey,
+		arg.EnqueueRequest,
+		arg.ExecutionResourceKey,
+	)
+	var i JobQueue
+	err := row.Scan(
+		&i.ID,
+		&i.JobType,
+		&i.OrganizationID,
+		&i.Payload,
+		&i.Status,
+		&i.Priority,
+		&i.RunNumber,
+		&i.Attempt,
+		&i.MaxAttempts,
+		&i.TimeoutSeconds,
+		&i.NextRunAt,
+		&i.LeaseExpiresAt,
+		&i.LastHeartbeatAt,
+		&i.WorkerID,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.Stage,
+		&i.ProgressDone,
+		&i.ProgressTotal,
+		&i.ProgressPct,
+		&i.Checkpoint,
+		&i.IdempotencyKey,
+		&i.StatusReason,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.EnqueueRequest,
+		&i.Output,
+		&i.ExecutionResourceKey,
+	)
+	return i, err
+}
+
+const jobEventCanceled = `-- name: JobEventCanceled :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+VALUES ($1, $2, $3::int, NULLIF($4::int, 0), 'CANCELED', $5::text,
+        jsonb_strip_nulls(jsonb_build_object('reason', $6::text, 'operator', $7::text)))
+`
+
+type JobEventCanceledParams struct {
+	OrganizationID uuid.UUID
+	JobID          uuid.UUID
+	RunNumber      int32
+	Attempt        int32
+	Stage          string
+	Reason         *string
+	Operator       *string
+}
+
+// JobEventCanceled writes the CANCELED event of the job JobCancelRouted
+// canceled (its run, attempt (0: NULL), stage and reason as the row
+// returned them), as JobCancel's own event, naming @operator only when it
+// is set. It reads no table: one step on Citus.
+func (q *Queries) JobEventCanceled(ctx context.Context, db DBTX, arg JobEventCanceledParams) error {
+	_, err := db.Exec(ctx, jobEventCanceled,
+		arg.OrganizationID,
+		arg.JobID,
+		arg.RunNumber,
+		arg.Attempt,
+		arg.Stage,
+		arg.Reason,
+		arg.Operator,
+	)
+	return err
+}
+
 const jobEventFailedMany = `-- name: JobEventFailedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord],
@@ -1311,6 +1535,40 @@ func (q *Queries) JobEventProgressMany(ctx context.Context, db DBTX, arg JobEven
 		arg.Stages,
 		arg.ProgressDone,
 		arg.ProgressTotal,
+		arg.WorkerIds,
+		arg.Ids,
+	)
+	return err
+}
+
+const jobEventReleasedMany = `-- name: JobEventReleasedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'STAGE_CHANGED',
+       ($4::text[])[e.ord],
+       jsonb_build_object('worker_id', ($5::text[])[e.ord], 'released', true)
+FROM unnest($6::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventReleasedManyParams struct {
+	OrganizationID uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	Stages         []string
+	WorkerIds      []string
+	Ids            []uuid.UUID
+}
+
+// JobEventReleasedMany writes the STAGE_CHANGED event of each job
+// JobReleaseManyRouted released (@ids with, at the same position, the
+// run, the attempt it had (the returned attempt + 1), the stage and the
+// worker whose lease the request named), as JobReleaseMany's own events:
+// no table read, one step on Citus.
+func (q *Queries) JobEventReleasedMany(ctx context.Context, db DBTX, arg JobEventReleasedManyParams) error {
+	_, err := db.Exec(ctx, jobEventReleasedMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.Stages,
 		arg.WorkerIds,
 		arg.Ids,
 	)
@@ -3293,6 +3551,142 @@ func (q *Queries) JobReleaseMany(ctx context.Context, db DBTX, arg JobReleaseMan
 	var items []JobReleaseManyRow
 	for rows.Next() {
 		var i JobReleaseManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobType,
+			&i.OrganizationID,
+			&i.Payload,
+			&i.Status,
+			&i.Priority,
+			&i.RunNumber,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.NextRunAt,
+			&i.LeaseExpiresAt,
+			&i.LastHeartbeatAt,
+			&i.WorkerID,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Stage,
+			&i.ProgressDone,
+			&i.ProgressTotal,
+			&i.ProgressPct,
+			&i.Checkpoint,
+			&i.IdempotencyKey,
+			&i.StatusReason,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EnqueueRequest,
+			&i.Output,
+			&i.ExecutionResourceKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobReleaseManyRouted = `-- name: JobReleaseManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           ($1::int[])[i.ord] AS run_number,
+           ($2::int[])[i.ord] AS attempt,
+           ($3::text[])[i.ord] AS worker_id
+    FROM unnest($4::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+released AS (
+    UPDATE job_queue jq
+    SET updated_at = now(),
+        status = 'PENDING',
+        attempt = jq.attempt - 1,
+        stage = 'queued',
+        worker_id = NULL,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        started_at = NULL
+    FROM input, (SELECT statement_timestamp() AS at OFFSET 0) clock
+    WHERE jq.organization_id = $5
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
+)
+SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM released
+`
+
+type JobReleaseManyRoutedParams struct {
+	RunNumbers     []int32
+	Attempts       []int32
+	WorkerIds      []string
+	Ids            []uuid.UUID
+	OrganizationID uuid.UUID
+}
+
+type JobReleaseManyRoutedRow struct {
+	ID                   uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Status               JobStatus
+	Priority             int32
+	RunNumber            int32
+	Attempt              int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	NextRunAt            time.Time
+	LeaseExpiresAt       *time.Time
+	LastHeartbeatAt      *time.Time
+	WorkerID             *string
+	StartedAt            *time.Time
+	FinishedAt           *time.Time
+	Stage                string
+	ProgressDone         *int64
+	ProgressTotal        *int64
+	ProgressPct          *float64
+	Checkpoint           json.RawMessage
+	IdempotencyKey       *string
+	StatusReason         *string
+	LastErrorCode        *string
+	LastErrorMessage     *string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	EnqueueRequest       json.RawMessage
+	Output               json.RawMessage
+	ExecutionResourceKey *string
+}
+
+// JobReleaseManyRouted is JobReleaseMany without its events, in the
+// shape Citus runs in one step on the tenant's shard; the library sends
+// it on Citus, and JobEventReleasedMany after it with the rows it
+// returned, in one transaction. As in JobCompleteManyRouted, the lease's
+// expiry is compared with statement_timestamp() (Citus refuses the
+// volatile clock_timestamp() in a routed write) and the status as the
+// enum (Citus refuses its cast to text there).
+func (q *Queries) JobReleaseManyRouted(ctx context.Context, db DBTX, arg JobReleaseManyRoutedParams) ([]JobReleaseManyRoutedRow, error) {
+	rows, err := db.Query(ctx, jobReleaseManyRouted,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.WorkerIds,
+		arg.Ids,
+		arg.OrganizationID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobReleaseManyRoutedRow
+	for rows.Next() {
+		var i JobReleaseManyRoutedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobType,

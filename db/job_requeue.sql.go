@@ -115,6 +115,83 @@ func (q *Queries) JobEventListRequeuedForJob(ctx context.Context, db DBTX, arg J
 	return items, nil
 }
 
+const jobEventRequeued = `-- name: JobEventRequeued :one
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+VALUES ($1, $2, $3::int, NULLIF($4::int, 0), 'REQUEUED',
+        jsonb_strip_nulls(jsonb_build_object(
+            'reason', $5::text,
+            'state_policy', $6::text,
+            'requeue_kind', 'COMPARE_AND_REQUEUE',
+            'operator', $7::text)))
+RETURNING id
+`
+
+type JobEventRequeuedParams struct {
+	OrganizationID uuid.UUID
+	JobID          uuid.UUID
+	RunNumber      int32
+	Attempt        int32
+	Reason         string
+	StatePolicy    string
+	Operator       *string
+}
+
+// JobEventRequeued writes the REQUEUED event of the job JobRequeueRouted
+// requeued (the run that ended and its attempt, 0: NULL), as JobRequeue's
+// own event, and returns its id. No table read: one step on Citus.
+func (q *Queries) JobEventRequeued(ctx context.Context, db DBTX, arg JobEventRequeuedParams) (int64, error) {
+	row := db.QueryRow(ctx, jobEventRequeued,
+		arg.OrganizationID,
+		arg.JobID,
+		arg.RunNumber,
+		arg.Attempt,
+		arg.Reason,
+		arg.StatePolicy,
+		arg.Operator,
+	)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
+const jobEventRequeuedMany = `-- name: JobEventRequeuedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+SELECT $1, e.id, ($2::int[])[e.ord], NULLIF(($3::int[])[e.ord], 0), 'REQUEUED',
+       jsonb_strip_nulls(jsonb_build_object(
+           'reason', $4::text,
+           'state_policy', $5::text,
+           'requeue_kind', 'COMPARE_AND_REQUEUE',
+           'operator', $6::text))
+FROM unnest($7::uuid[]) WITH ORDINALITY AS e(id, ord)
+`
+
+type JobEventRequeuedManyParams struct {
+	OrganizationID uuid.UUID
+	RunNumbers     []int32
+	Attempts       []int32
+	Reason         string
+	StatePolicy    string
+	Operator       *string
+	Ids            []uuid.UUID
+}
+
+// JobEventRequeuedMany writes the REQUEUED event of each job
+// JobRequeueBulkRouted requeued (@ids, in id order, with at the same
+// position the run that ended and its attempt, 0: NULL), as
+// JobRequeueBulk's own events: no table read, one step on Citus.
+func (q *Queries) JobEventRequeuedMany(ctx context.Context, db DBTX, arg JobEventRequeuedManyParams) error {
+	_, err := db.Exec(ctx, jobEventRequeuedMany,
+		arg.OrganizationID,
+		arg.RunNumbers,
+		arg.Attempts,
+		arg.Reason,
+		arg.StatePolicy,
+		arg.Operator,
+		arg.Ids,
+	)
+	return err
+}
+
 const jobGetForBulkRequeueClassification = `-- name: JobGetForBulkRequeueClassification :many
 WITH input AS (
     SELECT i.id, ($3::text[])[i.ord] AS expected_status,
@@ -729,4 +806,300 @@ func (q *Queries) JobRequeueBulk(ctx context.Context, db DBTX, arg JobRequeueBul
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobRequeueBulkRouted = `-- name: JobRequeueBulkRouted :many
+UPDATE job_queue jq
+SET updated_at = now(),
+    status = 'PENDING',
+    stage = 'queued',
+    progress_done = (CASE WHEN $1::bool THEN NULL ELSE jq.progress_done END)::bigint,
+    progress_total = (CASE WHEN $1::bool THEN NULL ELSE jq.progress_total END)::bigint,
+    checkpoint = (CASE WHEN $1::bool THEN NULL ELSE jq.checkpoint END)::jsonb,
+    output = NULL,
+    run_number = jq.run_number + 1,
+    attempt = 0,
+    lease_expires_at = NULL,
+    last_heartbeat_at = NULL,
+    worker_id = NULL,
+    started_at = NULL,
+    finished_at = NULL,
+    next_run_at = clock.now,
+    status_reason = $2::text,
+    last_error_code = NULL,
+    last_error_message = NULL
+FROM (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock,
+     (SELECT b.id, b.attempt FROM job_queue b
+      WHERE b.organization_id = $3 AND b.id = ANY($4::uuid[])) before
+WHERE jq.organization_id = $3
+  AND jq.id = ANY($4::uuid[])
+  AND before.id = jq.id
+  AND jq.run_number = ($5::int[])[array_position($4::uuid[], jq.id)]
+  AND ($6::text[])[array_position($4::uuid[], jq.id)]
+      = CASE WHEN jq.status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'
+             WHEN jq.status = 'CANCELED' THEN 'CANCELED' END
+  AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+  AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock.at)
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = $3 AND ws.job_id = jq.id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+RETURNING jq.id, jq.run_number, jq.status, jq.job_type, before.attempt AS before_attempt
+`
+
+type JobRequeueBulkRoutedParams struct {
+	ResetProgress      bool
+	Reason             string
+	OrganizationID     uuid.UUID
+	Ids                []uuid.UUID
+	ExpectedRunNumbers []int32
+	ExpectedStatuses   []string
+}
+
+type JobRequeueBulkRoutedRow struct {
+	ID            uuid.UUID
+	RunNumber     int32
+	Status        JobStatus
+	JobType       string
+	BeforeAttempt int32
+}
+
+// JobRequeueBulkRouted is JobRequeueBulk without its events, in the shape
+// Citus runs in one step on the tenant's shard; the library sends it on
+// Citus, and JobEventRequeuedMany after it with the rows it returned, in
+// one transaction. The same guards, checked by the update on the newest
+// row of each job it locks (the target's status compared as the enum and
+// each expected status as text, since Citus refuses a cast of a column in
+// a routed write; a canceled lease's liveness by statement_timestamp(),
+// since Citus refuses the volatile clock_timestamp() there). The jobs are
+// locked as the update meets them, by primary key in id order. Each row
+// returns the attempt the run ended with (before_attempt, read from the
+// statement's snapshot: a job that stays DEAD_LETTERED or CANCELED at the
+// expected run keeps its attempt) for the event.
+func (q *Queries) JobRequeueBulkRouted(ctx context.Context, db DBTX, arg JobRequeueBulkRoutedParams) ([]JobRequeueBulkRoutedRow, error) {
+	rows, err := db.Query(ctx, jobRequeueBulkRouted,
+		arg.ResetProgress,
+		arg.Reason,
+		arg.OrganizationID,
+		arg.Ids,
+		arg.ExpectedRunNumbers,
+		arg.ExpectedStatuses,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobRequeueBulkRoutedRow
+	for rows.Next() {
+		var i JobRequeueBulkRoutedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunNumber,
+			&i.Status,
+			&i.JobType,
+			&i.BeforeAttempt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRequeueRouted = `-- name: JobRequeueRouted :one
+UPDATE job_queue jq
+SET updated_at = now(),
+    status = 'PENDING',
+    stage = 'queued',
+    progress_done = (CASE WHEN $1::bool THEN NULL ELSE jq.progress_done END)::bigint,
+    progress_total = (CASE WHEN $1::bool THEN NULL ELSE jq.progress_total END)::bigint,
+    checkpoint = (CASE WHEN $1::bool THEN NULL ELSE jq.checkpoint END)::jsonb,
+    output = NULL,
+    run_number = jq.run_number + 1,
+    attempt = 0,
+    lease_expires_at = NULL,
+    last_heartbeat_at = NULL,
+    worker_id = NULL,
+    started_at = NULL,
+    finished_at = NULL,
+    next_run_at = clock.now,
+    status_reason = $2::text,
+    last_error_code = NULL,
+    last_error_message = NULL
+FROM (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock,
+     (SELECT b.id, b.status, b.stage, b.run_number, b.attempt, b.progress_done, b.progress_total, b.progress_pct,
+             b.checkpoint, b.output, b.lease_expires_at, b.last_heartbeat_at, b.worker_id, b.started_at,
+             b.finished_at, b.next_run_at, b.status_reason, b.last_error_code, b.last_error_message, b.updated_at
+      FROM job_queue b
+      WHERE b.organization_id = $3 AND b.id = $4) before
+WHERE jq.organization_id = $3
+  AND jq.id = $4
+  AND before.id = jq.id
+  AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+  AND jq.status = $5::job_status
+  AND jq.run_number = $6
+  AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock.at)
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = $3 AND ws.job_id = jq.id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key,
+          before.status AS before_status,
+          before.stage AS before_stage,
+          before.run_number AS before_run_number,
+          before.attempt AS before_attempt,
+          before.progress_done AS before_progress_done,
+          before.progress_total AS before_progress_total,
+          before.progress_pct AS before_progress_pct,
+          before.checkpoint AS before_checkpoint,
+          before.output AS before_output,
+          before.lease_expires_at AS before_lease_expires_at,
+          before.last_heartbeat_at AS before_last_heartbeat_at,
+          before.worker_id AS before_worker_id,
+          before.started_at AS before_started_at,
+          before.finished_at AS before_finished_at,
+          before.next_run_at AS before_next_run_at,
+          before.status_reason AS before_status_reason,
+          before.last_error_code AS before_last_error_code,
+          before.last_error_message AS before_last_error_message,
+          before.updated_at AS before_updated_at
+`
+
+type JobRequeueRoutedParams struct {
+	ResetProgress     bool
+	Reason            string
+	OrganizationID    uuid.UUID
+	ID                uuid.UUID
+	ExpectedStatus    JobStatus
+	ExpectedRunNumber int32
+}
+
+type JobRequeueRoutedRow struct {
+	ID                     uuid.UUID
+	JobType                string
+	OrganizationID         uuid.UUID
+	Payload                json.RawMessage
+	Status                 JobStatus
+	Priority               int32
+	RunNumber              int32
+	Attempt                int32
+	MaxAttempts            int32
+	TimeoutSeconds         int32
+	NextRunAt              time.Time
+	LeaseExpiresAt         *time.Time
+	LastHeartbeatAt        *time.Time
+	WorkerID               *string
+	StartedAt              *time.Time
+	FinishedAt             *time.Time
+	Stage                  string
+	ProgressDone           *int64
+	ProgressTotal          *int64
+	ProgressPct            *float64
+	Checkpoint             json.RawMessage
+	IdempotencyKey         *string
+	StatusReason           *string
+	LastErrorCode          *string
+	LastErrorMessage       *string
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
+	EnqueueRequest         json.RawMessage
+	Output                 json.RawMessage
+	ExecutionResourceKey   *string
+	BeforeStatus           JobStatus
+	BeforeStage            string
+	BeforeRunNumber        int32
+	BeforeAttempt          int32
+	BeforeProgressDone     *int64
+	BeforeProgressTotal    *int64
+	BeforeProgressPct      *float64
+	BeforeCheckpoint       json.RawMessage
+	BeforeOutput           json.RawMessage
+	BeforeLeaseExpiresAt   *time.Time
+	BeforeLastHeartbeatAt  *time.Time
+	BeforeWorkerID         *string
+	BeforeStartedAt        *time.Time
+	BeforeFinishedAt       *time.Time
+	BeforeNextRunAt        time.Time
+	BeforeStatusReason     *string
+	BeforeLastErrorCode    *string
+	BeforeLastErrorMessage *string
+	BeforeUpdatedAt        time.Time
+}
+
+// JobRequeueRouted is JobRequeue's requeue without its event and without
+// the classification of a miss, in the shape Citus runs in one step on
+// the tenant's shard; the library sends it on Citus, then
+// JobEventRequeued when it returned the job, or, when it did not, JobGetByID
+// and JobGetForBulkRequeueClassification to classify the miss, in one
+// transaction. The guards are JobRequeue's, checked by
+// the update on the newest row it locks (a canceled lease's liveness by
+// statement_timestamp(), since Citus refuses the volatile
+// clock_timestamp() in a routed write). It returns the job after the
+// requeue and (before_*) the columns the requeue changed as the
+// statement's snapshot had them: a job that is still DEAD_LETTERED or
+// CANCELED at the expected run when the update locks it has not changed
+// since (only a requeue moves it on).
+func (q *Queries) JobRequeueRouted(ctx context.Context, db DBTX, arg JobRequeueRoutedParams) (JobRequeueRoutedRow, error) {
+	row := db.QueryRow(ctx, jobRequeueRouted,
+		arg.ResetProgress,
+		arg.Reason,
+		arg.OrganizationID,
+		arg.ID,
+		arg.ExpectedStatus,
+		arg.ExpectedRunNumber,
+	)
+	var i JobRequeueRoutedRow
+	err := row.Scan(
+		&i.ID,
+		&i.JobType,
+		&i.OrganizationID,
+		&i.Payload,
+		&i.Status,
+		&i.Priority,
+		&i.RunNumber,
+		&i.Attempt,
+		&i.MaxAttempts,
+		&i.TimeoutSeconds,
+		&i.NextRunAt,
+		&i.LeaseExpiresAt,
+		&i.LastHeartbeatAt,
+		&i.WorkerID,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.Stage,
+		&i.ProgressDone,
+		&i.ProgressTotal,
+		&i.ProgressPct,
+		&i.Checkpoint,
+		&i.IdempotencyKey,
+		&i.StatusReason,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.EnqueueRequest,
+		&i.Output,
+		&i.ExecutionResourceKey,
+		&i.BeforeStatus,
+		&i.BeforeStage,
+		&i.BeforeRunNumber,
+		&i.BeforeAttempt,
+		&i.BeforeProgressDone,
+		&i.BeforeProgressTotal,
+		&i.BeforeProgressPct,
+		&i.BeforeCheckpoint,
+		&i.BeforeOutput,
+		&i.BeforeLeaseExpiresAt,
+		&i.BeforeLastHeartbeatAt,
+		&i.BeforeWorkerID,
+		&i.BeforeStartedAt,
+		&i.BeforeFinishedAt,
+		&i.BeforeNextRunAt,
+		&i.BeforeStatusReason,
+		&i.BeforeLastErrorCode,
+		&i.BeforeLastErrorMessage,
+		&i.BeforeUpdatedAt,
+	)
+	return i, err
 }

@@ -50,7 +50,8 @@ func (r CancelRequest) Validate() error {
 const maxCancelAttempts = 3
 
 // Cancel cancels a PENDING or LEASED job in the caller's scope in one
-// statement on the pool, writes one CANCELED event and returns the job
+// statement on the pool (on Citus, the cancel and then its event in one
+// transaction of two round trips), writes one CANCELED event and returns the job
 // (CANCELED, finished). A job not in scope (or missing) is
 // runledger.CodeJobNotFound; a job already SUCCEEDED, DEAD_LETTERED or
 // CANCELED is runledger.CodeNotCancelable; nothing is written in either
@@ -81,10 +82,19 @@ func cancel(ctx context.Context, s *txn.Session, req CancelRequest) (runledger.J
 		reason = &r
 	}
 	org := rows.Tenant(req.Scope)
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return runledger.Job{}, err
+	}
 	for attempt := 1; attempt <= maxCancelAttempts; attempt++ {
-		row, err := txn.One(ctx, s, "cancel job", func(q db.DBTX) (db.JobCancelRow, error) {
-			return queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, Operator: validate.OperatorArg(req.Operator), ID: req.JobID, OrganizationID: org})
-		})
+		var row db.JobCancelRow
+		if dist {
+			row, err = cancelRouted(ctx, s, reason, req, org)
+		} else {
+			row, err = txn.One(ctx, s, "cancel job", func(q db.DBTX) (db.JobCancelRow, error) {
+				return queries.JobCancel(ctx, q, db.JobCancelParams{Reason: reason, Operator: validate.OperatorArg(req.Operator), ID: req.JobID, OrganizationID: org})
+			})
+		}
 		if err == nil {
 			return rows.Job(db.JobQueue(row))
 		}
@@ -107,4 +117,36 @@ func cancel(ctx context.Context, s *txn.Session, req CancelRequest) (runledger.J
 	}
 	return runledger.Job{}, errs.Invariantf(
 		"cancel job %s: the job stayed cancelable to the read but not to the update after %d attempts", req.JobID, maxCancelAttempts)
+}
+
+// cancelRouted is JobCancel on Citus, where the cancel and its event are
+// two statements, each run in one step on the tenant's shard: [BEGIN,] the
+// cancel (JobCancelRouted); then, when it canceled the job, its event
+// (JobEventCanceled, from the row it returned)[, COMMIT]. The job stays
+// locked by the cancel until the transaction ends. pgx.ErrNoRows when
+// nothing was canceled (the transaction stays open, nothing written).
+func cancelRouted(ctx context.Context, s *txn.Session, reason *string, req CancelRequest, org uuid.UUID) (db.JobCancelRow, error) {
+	b := s.Batch(ctx)
+	st := txn.Queue(b, "cancel job", func(q db.DBTX) (db.JobQueue, error) {
+		return queries.JobCancelRouted(ctx, q, db.JobCancelRoutedParams{Reason: reason, ID: req.JobID, OrganizationID: org})
+	})
+	if err := b.Send(ctx); err != nil {
+		return db.JobCancelRow{}, err
+	}
+	if st.Err != nil {
+		return db.JobCancelRow{}, st.Err
+	}
+	row := st.Val
+	b = s.Batch(ctx)
+	txn.Queue(b, "record the canceled event", func(q db.DBTX) (struct{}, error) {
+		return struct{}{}, queries.JobEventCanceled(ctx, q, db.JobEventCanceledParams{
+			OrganizationID: org, JobID: row.ID, RunNumber: row.RunNumber, Attempt: row.Attempt,
+			Stage: row.Stage, Reason: row.StatusReason, Operator: validate.OperatorArg(req.Operator),
+		})
+	})
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return db.JobCancelRow{}, err
+	}
+	return db.JobCancelRow(row), nil
 }

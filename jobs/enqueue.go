@@ -159,6 +159,11 @@ type EnqueueResult struct {
 // runledger.CodeIdempotencyConflict. Existing is returned even when the
 // definition has since been disabled. A failed COMMIT matches
 // runledger.ErrCommitUnconfirmed; repeating such an enqueue is safe.
+//
+// On Citus either kind is a transaction of three round trips (the
+// definition read FOR SHARE, the insert with a keyed request's lookups,
+// the event with the COMMIT), each statement run in one step on the
+// tenant's shard; the outcomes and errors are the same.
 func Enqueue(ctx context.Context, pool *pgxpool.Pool, req EnqueueRequest) (EnqueueResult, error) {
 	if err := req.Validate(); err != nil {
 		return EnqueueResult{}, err
@@ -317,6 +322,13 @@ func wakes(p db.JobEnqueueParams) []string {
 // requirement; outside a caller's transaction the batch commits on its
 // own, so a lost reply is an unknown outcome.
 func enqueueUnkeyed(ctx context.Context, s *txn.Session, p db.JobEnqueueParams) (EnqueueResult, error) {
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if dist {
+		return enqueueRouted(ctx, s, EnqueueRequest{}, p)
+	}
 	b := s.AutocommitBatch(ctx)
 	ins := txn.Queue(b, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
 		return queries.JobEnqueue(ctx, q, p)
@@ -379,11 +391,30 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 	if err := txn.CheckCallerTx(ctx, s, keyedOperation, errs.EnqueueUnsupportedIsolation); err != nil {
 		return EnqueueResult{}, err
 	}
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	if dist {
+		return enqueueRouted(ctx, s, req, p)
+	}
 	b := s.Batch(ctx)
 	ins := txn.Queue(b, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
 		return queries.JobEnqueue(ctx, q, p)
 	})
-	var byKey, byID *txn.Step[keyRow]
+	byKey, byID := queueLookups(ctx, b, req, p)
+	wake.Queue(ctx, b, wakes(p)...)
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return EnqueueResult{}, err
+	}
+	return resolveKeyed(ctx, s, req, p, ins, byKey, byID)
+}
+
+// queueLookups queues, for an idempotent request, the lookups that lock
+// the job holding its key and the one holding its chosen id (each guarded
+// in SQL to find nothing when the insert before it wrote the job).
+func queueLookups(ctx context.Context, b *txn.Batch, req EnqueueRequest, p db.JobEnqueueParams) (byKey, byID *txn.Step[keyRow]) {
 	if req.keyed() {
 		byKey = txn.Queue(b, "lock job by idempotency key", func(q db.DBTX) (keyRow, error) {
 			if req.Scope.IsGlobal() {
@@ -407,11 +438,14 @@ func enqueueKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.
 			return keyRow{r.JobQueue, r.SameRequest}, err
 		})
 	}
-	wake.Queue(ctx, b, wakes(p)...)
-	b.Commit(ctx)
-	if err := b.Send(ctx); err != nil {
-		return EnqueueResult{}, err
-	}
+	return byKey, byID
+}
+
+// resolveKeyed turns an idempotent enqueue's insert and lookups into its
+// result: the inserted job, the existing one, an idempotency conflict, or
+// why the insert wrote nothing.
+func resolveKeyed(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.JobEnqueueParams,
+	ins *txn.Step[db.JobEnqueueRow], byKey, byID *txn.Step[keyRow]) (EnqueueResult, error) {
 	if ins.Row() {
 		if byKey != nil && byKey.Row() {
 			return EnqueueResult{}, errs.Invariant("idempotency key lookup ran after an insert that wrote the job")
@@ -480,4 +514,89 @@ func explainEmptyInsert(ctx context.Context, tx db.DBTX, req EnqueueRequest) err
 	}
 	return errIdempotencyMissingExisting.Newf("keyed enqueue of type %q key %q in scope %s inserted nothing, the definition is enabled, and no job holds the key",
 		req.JobType, req.IdempotencyKey, req.Scope)
+}
+
+// enqueueRouted is the enqueue on Citus, where JobEnqueue runs in steps
+// through the coordinator (its event INSERT and its INSERT ... SELECT
+// planned apart, the rows sent to every worker): three round trips in one
+// transaction, each statement run in one step on the tenant's shard.
+// [BEGIN,] the definition read FOR SHARE (JobEnqueueDefinitionRouted);
+// then, when it allows the insert, the insert with the definition's
+// defaults resolved (JobEnqueueValuesRouted); for an idempotent request,
+// the lookups of the job holding its key or id (after the insert, or
+// instead of it when the definition read found the id taken); then the
+// ENQUEUED event from the inserted row (JobEventEnqueuedMany), the
+// workers' wake-up[, COMMIT]. req is the zero request for an unkeyed one
+// (only p is used then). The result is JobEnqueue's.
+func enqueueRouted(ctx context.Context, s *txn.Session, req EnqueueRequest, p db.JobEnqueueParams) (EnqueueResult, error) {
+	idempotent := p.EnqueueRequest != nil
+	b := s.Batch(ctx)
+	def := txn.Queue(b, "read job definition", func(q db.DBTX) (db.JobEnqueueDefinitionRoutedRow, error) {
+		return queries.JobEnqueueDefinitionRouted(ctx, q, db.JobEnqueueDefinitionRoutedParams{
+			JobType: p.JobType, OrganizationID: p.OrganizationID, ID: p.ID, EnqueueRequest: p.EnqueueRequest,
+		})
+	})
+	if err := b.Send(ctx); err != nil {
+		return EnqueueResult{}, err
+	}
+	if def.Err != nil && !errors.Is(def.Err, pgx.ErrNoRows) {
+		return EnqueueResult{}, def.Err
+	}
+	if !def.Row() && !idempotent {
+		return EnqueueResult{}, errs.DefinitionUnavailableFor(p.JobType)
+	}
+	ins := &txn.Step[db.JobEnqueueRow]{Err: pgx.ErrNoRows}
+	var byKey, byID *txn.Step[keyRow]
+	b = s.Batch(ctx)
+	if def.Row() {
+		d := def.Val
+		v := db.JobEnqueueValuesRoutedParams{
+			ID: p.ID, JobType: p.JobType, OrganizationID: p.OrganizationID, Payload: p.Payload,
+			Priority: d.DefaultPriority, MaxAttempts: d.MaxAttempts, TimeoutSeconds: d.DefaultTimeoutSeconds,
+			NextRunAt: p.NextRunAt, IdempotencyKey: p.IdempotencyKey, EnqueueRequest: p.EnqueueRequest,
+			ExecutionResourceKey: p.ExecutionResourceKey,
+		}
+		if p.Priority != nil {
+			v.Priority = *p.Priority
+		}
+		if p.MaxAttempts != nil {
+			v.MaxAttempts = *p.MaxAttempts
+		}
+		if p.TimeoutSeconds != nil {
+			v.TimeoutSeconds = *p.TimeoutSeconds
+		}
+		ins = txn.Queue(b, "enqueue job", func(q db.DBTX) (db.JobEnqueueRow, error) {
+			r, err := queries.JobEnqueueValuesRouted(ctx, q, v)
+			return db.JobEnqueueRow(r), err
+		})
+	}
+	if idempotent {
+		byKey, byID = queueLookups(ctx, b, req, p)
+	}
+	if err := b.Send(ctx); err != nil {
+		return EnqueueResult{}, err
+	}
+	if ins.Err != nil && !errors.Is(ins.Err, pgx.ErrNoRows) {
+		return EnqueueResult{}, ins.Err
+	}
+	b = s.Batch(ctx)
+	if ins.Row() {
+		r := ins.Val
+		txn.Queue(b, "record the enqueued event", func(q db.DBTX) (struct{}, error) {
+			return struct{}{}, queries.JobEventEnqueuedMany(ctx, q, db.JobEventEnqueuedManyParams{
+				OrganizationID: r.OrganizationID, Ids: []uuid.UUID{r.ID}, Stages: []string{r.Stage}, JobTypes: []string{r.JobType},
+			})
+		})
+		wake.Queue(ctx, b, wakes(p)...)
+	}
+	b.Commit(ctx)
+	if ins.Row() || s.Owned() {
+		if err := b.Send(ctx); err != nil {
+			return EnqueueResult{}, err
+		}
+	}
+	if !idempotent {
+		return unkeyedResult(p, ins.Val, ins.Err)
+	}
+	return resolveKeyed(ctx, s, req, p, ins, byKey, byID)
 }

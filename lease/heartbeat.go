@@ -259,7 +259,8 @@ func (r ReleaseRequest) Validate() error { return validateLeaseScope(r.Scope, r.
 func (r ReleaseRequest) lease() heldLease { return heldLease(r) }
 
 // Release hands back a batch of leased jobs their worker has not started
-// (1 to runledger.MaxLimit, each job once), in one statement on the pool, without
+// (1 to runledger.MaxLimit, each job once), in one statement on the pool
+// (on Citus two round trips, as for Complete), without
 // spending their attempt: each is PENDING again at attempt - 1, stage
 // queued, due as it was, with its worker, lease and start cleared and its
 // execution resource claim released, and one STAGE_CHANGED event naming
@@ -282,15 +283,52 @@ func release(ctx context.Context, s *txn.Session, reqs []ReleaseRequest) ([]Resu
 	if err != nil {
 		return nil, err
 	}
-	rs, err := writeGroups(ctx, s, "release jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobReleaseManyRow, error) {
+	params := func(g tenantGroup) db.JobReleaseManyParams {
 		var a leaseArrays
 		for _, i := range g.at {
 			a.add(leases[i])
 		}
-		return queries.JobReleaseMany(ctx, q, db.JobReleaseManyParams{
+		return db.JobReleaseManyParams{
 			OrganizationID: g.tenant, Ids: a.ids, RunNumbers: a.runs, Attempts: a.attempts, WorkerIds: a.workerIDs,
+		}
+	}
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rs []db.JobReleaseManyRow
+	if dist {
+		// On Citus the release and its events are two statements, each
+		// run in one step on the tenant's shard (JobReleaseManyRouted).
+		rs, err = writeGroupsThenEvents(ctx, s, "release jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobReleaseManyRow, error) {
+			got, err := queries.JobReleaseManyRouted(ctx, q, db.JobReleaseManyRoutedParams(params(g)))
+			out := make([]db.JobReleaseManyRow, len(got))
+			for i, r := range got {
+				out[i] = db.JobReleaseManyRow(r)
+			}
+			return out, err
+		}, func(g tenantGroup, rs []db.JobReleaseManyRow) func(q db.DBTX) error {
+			// The worker that released a job is the one its lease named,
+			// the row's worker before the release cleared it.
+			worker := map[uuid.UUID]string{}
+			for _, i := range g.at {
+				worker[leases[i].JobID] = leases[i].WorkerID
+			}
+			e := db.JobEventReleasedManyParams{OrganizationID: g.tenant}
+			for _, r := range rs {
+				e.Ids = append(e.Ids, r.ID)
+				e.RunNumbers = append(e.RunNumbers, r.RunNumber)
+				e.Attempts = append(e.Attempts, r.Attempt+1)
+				e.Stages = append(e.Stages, r.Stage)
+				e.WorkerIds = append(e.WorkerIds, worker[r.ID])
+			}
+			return func(q db.DBTX) error { return queries.JobEventReleasedMany(ctx, q, e) }
 		})
-	})
+	} else {
+		rs, err = writeGroups(ctx, s, "release jobs", groups, func(q db.DBTX, g tenantGroup) ([]db.JobReleaseManyRow, error) {
+			return queries.JobReleaseMany(ctx, q, params(g))
+		})
+	}
 	if err != nil {
 		return nil, err
 	}

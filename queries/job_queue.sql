@@ -68,6 +68,44 @@ event AS (
 )
 SELECT * FROM inserted;
 
+-- JobEnqueueDefinitionRouted is JobEnqueue's first part on Citus, where
+-- JobEnqueue runs in steps through the coordinator: the definition of
+-- @job_type, when enabled, read FOR SHARE (a definition change waits until
+-- the transaction ends), with its defaults for the insert that follows
+-- (JobEnqueueValuesRouted). No row when the definition is missing or
+-- disabled, when the tenant holds @id, or, for an idempotent insert (one
+-- with @enqueue_request), outside READ COMMITTED. The probe of the
+-- tenant's own job_queue for @id anchors the statement on the tenant's
+-- shard, where Citus runs it in one step.
+-- name: JobEnqueueDefinitionRouted :one
+SELECT d.default_priority, d.max_attempts, d.default_timeout_seconds
+FROM job_definitions d
+WHERE d.job_type = @job_type AND d.is_enabled
+  AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                  WHERE taken.organization_id = @organization_id::uuid AND taken.id = @id)
+  AND (sqlc.narg(enqueue_request)::jsonb IS NULL
+       OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
+FOR SHARE OF d;
+
+-- JobEnqueueValuesRouted inserts the job JobEnqueueDefinitionRouted
+-- allowed, with the settings resolved against the definition's defaults
+-- by the caller, as JobEnqueue does: a NULL next_run_at means now()
+-- (stage queued; a future time: scheduled), and a taken key or id inserts
+-- nothing (ON CONFLICT DO NOTHING, after waiting for an uncommitted
+-- competitor). Without its event, which JobEventEnqueuedMany writes from
+-- the row it returned. A plain INSERT ... VALUES: Citus evaluates now() on
+-- the coordinator and runs it in one step on the tenant's shard.
+-- name: JobEnqueueValuesRouted :one
+INSERT INTO job_queue (id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+                       next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key)
+VALUES (@id, @job_type, @organization_id::uuid, @payload::jsonb, @priority::int, @max_attempts::int,
+        @timeout_seconds::int,
+        COALESCE(sqlc.narg(next_run_at)::timestamptz, now()),
+        CASE WHEN sqlc.narg(next_run_at)::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+        sqlc.narg(idempotency_key)::text, sqlc.narg(enqueue_request)::jsonb, sqlc.narg(execution_resource_key)::text)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
 -- JobLockByIdempotencyKeyGlobal finds the global scope's job holding a
 -- key and locks it FOR NO KEY UPDATE (the status reported to the caller
 -- stays true until the transaction ends; NO KEY UPDATE so later
@@ -935,6 +973,55 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
        output, execution_resource_key
 FROM released;
 
+-- JobReleaseManyRouted is JobReleaseMany without its events, in the
+-- shape Citus runs in one step on the tenant's shard; the library sends
+-- it on Citus, and JobEventReleasedMany after it with the rows it
+-- returned, in one transaction. As in JobCompleteManyRouted, the lease's
+-- expiry is compared with statement_timestamp() (Citus refuses the
+-- volatile clock_timestamp() in a routed write) and the status as the
+-- enum (Citus refuses its cast to text there).
+-- name: JobReleaseManyRouted :many
+WITH input AS (
+    SELECT i.id,
+           (@run_numbers::int[])[i.ord] AS run_number,
+           (@attempts::int[])[i.ord] AS attempt,
+           (@worker_ids::text[])[i.ord] AS worker_id
+    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+),
+released AS (
+    UPDATE job_queue jq
+    SET updated_at = now(),
+        status = 'PENDING',
+        attempt = jq.attempt - 1,
+        stage = 'queued',
+        worker_id = NULL,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        started_at = NULL
+    FROM input, (SELECT statement_timestamp() AS at OFFSET 0) clock
+    WHERE jq.organization_id = @organization_id
+      AND jq.id = input.id
+      AND jq.run_number = input.run_number
+      AND jq.attempt = input.attempt
+      AND jq.worker_id = input.worker_id
+      AND jq.status = 'LEASED'
+      AND jq.lease_expires_at > clock.at
+    RETURNING jq.*
+)
+SELECT * FROM released;
+
+-- JobEventReleasedMany writes the STAGE_CHANGED event of each job
+-- JobReleaseManyRouted released (@ids with, at the same position, the
+-- run, the attempt it had (the returned attempt + 1), the stage and the
+-- worker whose lease the request named), as JobReleaseMany's own events:
+-- no table read, one step on Citus.
+-- name: JobEventReleasedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'STAGE_CHANGED',
+       (@stages::text[])[e.ord],
+       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord], 'released', true)
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+
 -- JobCancel cancels a PENDING or LEASED job of the caller's tenant,
 -- records the reason as status_reason and writes one CANCELED event. A
 -- leased job keeps lease_expires_at, so its execution resource stays
@@ -968,6 +1055,32 @@ event AS (
     FROM canceled
 )
 SELECT * FROM canceled;
+
+-- JobCancelRouted is JobCancel without its event, in the shape Citus runs
+-- in one step on the tenant's shard; the library sends it on Citus, and
+-- JobEventCanceled after it with the row it returned, in one transaction.
+-- The status is compared as the enum: Citus refuses the cast to text (a
+-- stable function of a column) in a routed write; the lookup is by
+-- primary key either way.
+-- name: JobCancelRouted :one
+UPDATE job_queue
+SET updated_at = now(),
+    status = 'CANCELED',
+    status_reason = sqlc.narg(reason)::text,
+    finished_at = now()
+WHERE job_queue.organization_id = @organization_id
+  AND job_queue.id = @id
+  AND job_queue.status IN ('PENDING', 'LEASED')
+RETURNING job_queue.*;
+
+-- JobEventCanceled writes the CANCELED event of the job JobCancelRouted
+-- canceled (its run, attempt (0: NULL), stage and reason as the row
+-- returned them), as JobCancel's own event, naming @operator only when it
+-- is set. It reads no table: one step on Citus.
+-- name: JobEventCanceled :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
+VALUES (@organization_id, @job_id, @run_number::int, NULLIF(@attempt::int, 0), 'CANCELED', @stage::text,
+        jsonb_strip_nulls(jsonb_build_object('reason', sqlc.narg(reason)::text, 'operator', sqlc.narg(operator)::text)));
 
 -- JobRecoverExpiredLeases takes back up to @max_jobs leases of every
 -- tenant that ran out by the database clock (oldest expiry first),

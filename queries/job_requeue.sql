@@ -339,3 +339,149 @@ WHERE job_events.organization_id = @organization_id
   AND job_events.event_type::text = 'REQUEUED'
 ORDER BY job_events.run_number, job_events.id
 LIMIT @max_events;
+
+-- JobRequeueBulkRouted is JobRequeueBulk without its events, in the shape
+-- Citus runs in one step on the tenant's shard; the library sends it on
+-- Citus, and JobEventRequeuedMany after it with the rows it returned, in
+-- one transaction. The same guards, checked by the update on the newest
+-- row of each job it locks (the target's status compared as the enum and
+-- each expected status as text, since Citus refuses a cast of a column in
+-- a routed write; a canceled lease's liveness by statement_timestamp(),
+-- since Citus refuses the volatile clock_timestamp() there). The jobs are
+-- locked as the update meets them, by primary key in id order. Each row
+-- returns the attempt the run ended with (before_attempt, read from the
+-- statement's snapshot: a job that stays DEAD_LETTERED or CANCELED at the
+-- expected run keeps its attempt) for the event.
+-- name: JobRequeueBulkRouted :many
+UPDATE job_queue jq
+SET updated_at = now(),
+    status = 'PENDING',
+    stage = 'queued',
+    progress_done = (CASE WHEN @reset_progress::bool THEN NULL ELSE jq.progress_done END)::bigint,
+    progress_total = (CASE WHEN @reset_progress::bool THEN NULL ELSE jq.progress_total END)::bigint,
+    checkpoint = (CASE WHEN @reset_progress::bool THEN NULL ELSE jq.checkpoint END)::jsonb,
+    output = NULL,
+    run_number = jq.run_number + 1,
+    attempt = 0,
+    lease_expires_at = NULL,
+    last_heartbeat_at = NULL,
+    worker_id = NULL,
+    started_at = NULL,
+    finished_at = NULL,
+    next_run_at = clock.now,
+    status_reason = @reason::text,
+    last_error_code = NULL,
+    last_error_message = NULL
+FROM (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock,
+     (SELECT b.id, b.attempt FROM job_queue b
+      WHERE b.organization_id = @organization_id AND b.id = ANY(@ids::uuid[])) before
+WHERE jq.organization_id = @organization_id
+  AND jq.id = ANY(@ids::uuid[])
+  AND before.id = jq.id
+  AND jq.run_number = (@expected_run_numbers::int[])[array_position(@ids::uuid[], jq.id)]
+  AND (@expected_statuses::text[])[array_position(@ids::uuid[], jq.id)]
+      = CASE WHEN jq.status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'
+             WHEN jq.status = 'CANCELED' THEN 'CANCELED' END
+  AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+  AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock.at)
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+RETURNING jq.id, jq.run_number, jq.status, jq.job_type, before.attempt AS before_attempt;
+
+-- JobEventRequeuedMany writes the REQUEUED event of each job
+-- JobRequeueBulkRouted requeued (@ids, in id order, with at the same
+-- position the run that ended and its attempt, 0: NULL), as
+-- JobRequeueBulk's own events: no table read, one step on Citus.
+-- name: JobEventRequeuedMany :exec
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], NULLIF((@attempts::int[])[e.ord], 0), 'REQUEUED',
+       jsonb_strip_nulls(jsonb_build_object(
+           'reason', @reason::text,
+           'state_policy', @state_policy::text,
+           'requeue_kind', 'COMPARE_AND_REQUEUE',
+           'operator', sqlc.narg(operator)::text))
+FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+
+-- JobRequeueRouted is JobRequeue's requeue without its event and without
+-- the classification of a miss, in the shape Citus runs in one step on
+-- the tenant's shard; the library sends it on Citus, then
+-- JobEventRequeued when it returned the job, or, when it did not, JobGetByID
+-- and JobGetForBulkRequeueClassification to classify the miss, in one
+-- transaction. The guards are JobRequeue's, checked by
+-- the update on the newest row it locks (a canceled lease's liveness by
+-- statement_timestamp(), since Citus refuses the volatile
+-- clock_timestamp() in a routed write). It returns the job after the
+-- requeue and (before_*) the columns the requeue changed as the
+-- statement's snapshot had them: a job that is still DEAD_LETTERED or
+-- CANCELED at the expected run when the update locks it has not changed
+-- since (only a requeue moves it on).
+-- name: JobRequeueRouted :one
+UPDATE job_queue jq
+SET updated_at = now(),
+    status = 'PENDING',
+    stage = 'queued',
+    progress_done = (CASE WHEN @reset_progress::bool THEN NULL ELSE jq.progress_done END)::bigint,
+    progress_total = (CASE WHEN @reset_progress::bool THEN NULL ELSE jq.progress_total END)::bigint,
+    checkpoint = (CASE WHEN @reset_progress::bool THEN NULL ELSE jq.checkpoint END)::jsonb,
+    output = NULL,
+    run_number = jq.run_number + 1,
+    attempt = 0,
+    lease_expires_at = NULL,
+    last_heartbeat_at = NULL,
+    worker_id = NULL,
+    started_at = NULL,
+    finished_at = NULL,
+    next_run_at = clock.now,
+    status_reason = @reason::text,
+    last_error_code = NULL,
+    last_error_message = NULL
+FROM (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock,
+     (SELECT b.id, b.status, b.stage, b.run_number, b.attempt, b.progress_done, b.progress_total, b.progress_pct,
+             b.checkpoint, b.output, b.lease_expires_at, b.last_heartbeat_at, b.worker_id, b.started_at,
+             b.finished_at, b.next_run_at, b.status_reason, b.last_error_code, b.last_error_message, b.updated_at
+      FROM job_queue b
+      WHERE b.organization_id = @organization_id AND b.id = @id) before
+WHERE jq.organization_id = @organization_id
+  AND jq.id = @id
+  AND before.id = jq.id
+  AND jq.status IN ('DEAD_LETTERED', 'CANCELED')
+  AND jq.status = @expected_status::job_status
+  AND jq.run_number = @expected_run_number
+  AND NOT (jq.status = 'CANCELED' AND jq.lease_expires_at IS NOT NULL AND jq.lease_expires_at > clock.at)
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+RETURNING jq.*,
+          before.status AS before_status,
+          before.stage AS before_stage,
+          before.run_number AS before_run_number,
+          before.attempt AS before_attempt,
+          before.progress_done AS before_progress_done,
+          before.progress_total AS before_progress_total,
+          before.progress_pct AS before_progress_pct,
+          before.checkpoint AS before_checkpoint,
+          before.output AS before_output,
+          before.lease_expires_at AS before_lease_expires_at,
+          before.last_heartbeat_at AS before_last_heartbeat_at,
+          before.worker_id AS before_worker_id,
+          before.started_at AS before_started_at,
+          before.finished_at AS before_finished_at,
+          before.next_run_at AS before_next_run_at,
+          before.status_reason AS before_status_reason,
+          before.last_error_code AS before_last_error_code,
+          before.last_error_message AS before_last_error_message,
+          before.updated_at AS before_updated_at;
+
+-- JobEventRequeued writes the REQUEUED event of the job JobRequeueRouted
+-- requeued (the run that ended and its attempt, 0: NULL), as JobRequeue's
+-- own event, and returns its id. No table read: one step on Citus.
+-- name: JobEventRequeued :one
+INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, payload)
+VALUES (@organization_id, @job_id, @run_number::int, NULLIF(@attempt::int, 0), 'REQUEUED',
+        jsonb_strip_nulls(jsonb_build_object(
+            'reason', @reason::text,
+            'state_policy', @state_policy::text,
+            'requeue_kind', 'COMPARE_AND_REQUEUE',
+            'operator', sqlc.narg(operator)::text)))
+RETURNING id;

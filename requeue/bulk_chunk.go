@@ -1,8 +1,10 @@
 package requeue
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,16 +54,54 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		ids[i], statuses[i], runs[i] = src.JobID, string(src.ExpectedStatus), src.ExpectedRunNumber
 	}
 
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return none, err
+	}
+	params := db.JobRequeueBulkParams{
+		OrganizationID: org, Ids: ids, ExpectedStatuses: statuses, ExpectedRunNumbers: runs,
+		ResetProgress: b.req.StatePolicy == ResetProgress, Reason: b.req.Reason, StatePolicy: b.req.StatePolicy.String(),
+		Operator: validate.OperatorArg(b.req.Operator),
+	}
 	bt := s.Batch(ctx)
-	update := txn.Queue(bt, "requeue bulk jobs", func(q db.DBTX) ([]db.JobRequeueBulkRow, error) {
-		return queries.JobRequeueBulk(ctx, q, db.JobRequeueBulkParams{
-			OrganizationID: org, Ids: ids, ExpectedStatuses: statuses, ExpectedRunNumbers: runs,
-			ResetProgress: b.req.StatePolicy == ResetProgress, Reason: b.req.Reason, StatePolicy: b.req.StatePolicy.String(),
-			Operator: validate.OperatorArg(b.req.Operator),
+	var update *txn.Step[[]db.JobRequeueBulkRow]
+	var routed *txn.Step[[]db.JobRequeueBulkRoutedRow]
+	if dist {
+		// On Citus the requeue and its events are two statements, each run
+		// in one step on the tenant's shard: the events go with the second
+		// round trip, from the rows the update returned.
+		routed = txn.Queue(bt, "requeue bulk jobs", func(q db.DBTX) ([]db.JobRequeueBulkRoutedRow, error) {
+			return queries.JobRequeueBulkRouted(ctx, q, db.JobRequeueBulkRoutedParams{
+				ResetProgress: params.ResetProgress, Reason: params.Reason, OrganizationID: org, Ids: ids,
+				ExpectedRunNumbers: runs, ExpectedStatuses: statuses,
+			})
 		})
-	})
+	} else {
+		update = txn.Queue(bt, "requeue bulk jobs", func(q db.DBTX) ([]db.JobRequeueBulkRow, error) {
+			return queries.JobRequeueBulk(ctx, q, params)
+		})
+	}
 	if err := bt.Send(ctx); err != nil {
 		return none, err
+	}
+	var events *db.JobEventRequeuedManyParams
+	if dist {
+		update = &txn.Step[[]db.JobRequeueBulkRow]{}
+		rs := slices.Clone(routed.Val)
+		slices.SortFunc(rs, func(a, b db.JobRequeueBulkRoutedRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+		if len(rs) > 0 {
+			events = &db.JobEventRequeuedManyParams{
+				OrganizationID: org, Reason: params.Reason, StatePolicy: params.StatePolicy, Operator: params.Operator,
+			}
+		}
+		for _, r := range rs {
+			update.Val = append(update.Val, db.JobRequeueBulkRow{
+				ID: r.ID, RunNumber: r.RunNumber, Status: r.Status, JobType: r.JobType, EventCount: int64(len(rs)),
+			})
+			events.Ids = append(events.Ids, r.ID)
+			events.RunNumbers = append(events.RunNumbers, r.RunNumber-1)
+			events.Attempts = append(events.Attempts, r.BeforeAttempt)
+		}
 	}
 	failpoint.Inject(ctx, fpBulkAfterRequeue, c.Failpoint())
 	requeuedIDs := make(map[uuid.UUID]struct{}, len(update.Val))
@@ -78,6 +118,11 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 	}
 
 	bt = s.Batch(ctx)
+	if events != nil && !c.DryRun {
+		txn.Queue(bt, "record the requeued events", func(q db.DBTX) (struct{}, error) {
+			return struct{}{}, queries.JobEventRequeuedMany(ctx, q, *events)
+		})
+	}
 	classify := &txn.Step[[]db.JobGetForBulkRequeueClassificationRow]{}
 	if len(missIDs) > 0 {
 		classify = txn.Queue(bt, "read bulk job requeue mismatches", func(q db.DBTX) ([]db.JobGetForBulkRequeueClassificationRow, error) {

@@ -42,7 +42,9 @@ package requeue
 
 import (
 	"context"
+	"errors"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -74,8 +76,9 @@ const (
 const requeueWakeKey = "\x00requeue"
 
 // Job requeues a job in a READ COMMITTED transaction of its own (whatever
-// the session default), sent with its statements in one round trip. The
-// request is validated before a connection is taken.
+// the session default), sent with its statements in one round trip (on
+// Citus two: the requeue, then its event or the classification of a miss
+// with the COMMIT). The request is validated before a connection is taken.
 //
 // Every outcome commits; only Requeued with disposition Inserted wrote
 // anything. A statement error rolls back and is returned;
@@ -149,6 +152,13 @@ func run(ctx context.Context, s *txn.Session, req Request) (Outcome, error) {
 // COMMITTED,] the requeue statement (which locks, writes and, on a miss,
 // classifies), the workers' wake-up[, COMMIT].
 func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*txn.Step[db.JobRequeueRow], error) {
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if dist {
+		return sendAttemptRouted(ctx, s, req, n)
+	}
 	org := rows.Tenant(req.Scope)
 	notify := wake.Due(requeueWakeKey)
 	b := s.Batch(ctx)
@@ -171,6 +181,114 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*txn.
 		return nil, err
 	}
 	return step, nil
+}
+
+// sendAttemptRouted is sendAttempt on Citus, where JobRequeue runs in
+// steps through the coordinator: two round trips, each statement run in
+// one step on the tenant's shard. First [BEGIN READ COMMITTED,] the
+// requeue (JobRequeueRouted); then, when it requeued the job, its event
+// (JobEventRequeued, from the row it returned), or, when it did not, the
+// job and the classification of the miss (JobGetByID,
+// JobGetForBulkRequeueClassification: a snapshot taken after the
+// requeue's); the workers' wake-up[, COMMIT]. It returns the row
+// JobRequeue would have.
+func sendAttemptRouted(ctx context.Context, s *txn.Session, req Request, n int) (*txn.Step[db.JobRequeueRow], error) {
+	org := rows.Tenant(req.Scope)
+	notify := wake.Due(requeueWakeKey)
+	b := s.Batch(ctx)
+	update := txn.Queue(b, "requeue job", func(q db.DBTX) (db.JobRequeueRoutedRow, error) {
+		return queries.JobRequeueRouted(ctx, q, db.JobRequeueRoutedParams{
+			OrganizationID: org, ID: req.JobID, ExpectedStatus: db.JobStatus(req.ExpectedStatus),
+			ExpectedRunNumber: req.ExpectedRunNumber, ResetProgress: req.StatePolicy == ResetProgress, Reason: req.Reason,
+		})
+	})
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	if update.Err != nil && !errors.Is(update.Err, pgx.ErrNoRows) {
+		return nil, update.Err
+	}
+	call := failpointCall{JobID: req.JobID, Attempt: n}
+	b = s.Batch(ctx)
+	out := &txn.Step[db.JobRequeueRow]{}
+	if update.Row() {
+		r := update.Val
+		b.Point(fpAfterRequeue, call)
+		event := txn.Queue(b, "record the requeued event", func(q db.DBTX) (int64, error) {
+			return queries.JobEventRequeued(ctx, q, db.JobEventRequeuedParams{
+				OrganizationID: org, JobID: r.ID, RunNumber: r.BeforeRunNumber, Attempt: r.BeforeAttempt,
+				Reason: req.Reason, StatePolicy: req.StatePolicy.String(), Operator: validate.OperatorArg(req.Operator),
+			})
+		})
+		if notify {
+			wake.Queue(ctx, b, "")
+		}
+		b.Commit(ctx)
+		if err := b.Send(ctx); err != nil {
+			return nil, err
+		}
+		out.Val = db.JobRequeueRow{
+			Requeued: true, ID: r.ID, JobType: r.JobType, OrganizationID: r.OrganizationID, Payload: r.Payload,
+			Status: r.Status, Priority: r.Priority, RunNumber: r.RunNumber, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
+			TimeoutSeconds: r.TimeoutSeconds, NextRunAt: r.NextRunAt, LeaseExpiresAt: r.LeaseExpiresAt,
+			LastHeartbeatAt: r.LastHeartbeatAt, WorkerID: r.WorkerID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+			Stage: r.Stage, ProgressDone: r.ProgressDone, ProgressTotal: r.ProgressTotal, ProgressPct: r.ProgressPct,
+			Checkpoint: r.Checkpoint, IdempotencyKey: r.IdempotencyKey, StatusReason: r.StatusReason,
+			LastErrorCode: r.LastErrorCode, LastErrorMessage: r.LastErrorMessage, CreatedAt: r.CreatedAt,
+			UpdatedAt: r.UpdatedAt, EnqueueRequest: r.EnqueueRequest, Output: r.Output,
+			ExecutionResourceKey: r.ExecutionResourceKey,
+			BeforeStatus:         r.BeforeStatus, BeforeStage: r.BeforeStage, BeforeRunNumber: r.BeforeRunNumber,
+			BeforeAttempt: r.BeforeAttempt, BeforeProgressDone: r.BeforeProgressDone,
+			BeforeProgressTotal: r.BeforeProgressTotal, BeforeProgressPct: r.BeforeProgressPct,
+			BeforeCheckpoint: r.BeforeCheckpoint, BeforeOutput: r.BeforeOutput,
+			BeforeLeaseExpiresAt: r.BeforeLeaseExpiresAt, BeforeLastHeartbeatAt: r.BeforeLastHeartbeatAt,
+			BeforeWorkerID: r.BeforeWorkerID, BeforeStartedAt: r.BeforeStartedAt, BeforeFinishedAt: r.BeforeFinishedAt,
+			BeforeNextRunAt: r.BeforeNextRunAt, BeforeStatusReason: r.BeforeStatusReason,
+			BeforeLastErrorCode: r.BeforeLastErrorCode, BeforeLastErrorMessage: r.BeforeLastErrorMessage,
+			BeforeUpdatedAt: r.BeforeUpdatedAt, EventID: event.Val, EventCount: 1,
+		}
+		return out, nil
+	}
+	b.Point(fpAfterLockMiss, call)
+	job := txn.Queue(b, "read job after requeue miss", func(q db.DBTX) (db.JobQueue, error) {
+		return queries.JobGetByID(ctx, q, db.JobGetByIDParams{OrganizationID: org, ID: req.JobID})
+	})
+	miss := txn.Queue(b, "classify requeue miss", func(q db.DBTX) ([]db.JobGetForBulkRequeueClassificationRow, error) {
+		return queries.JobGetForBulkRequeueClassification(ctx, q, db.JobGetForBulkRequeueClassificationParams{
+			OrganizationID: org, Ids: []uuid.UUID{req.JobID}, ExpectedStatuses: []string{string(req.ExpectedStatus)},
+			ExpectedRunNumbers: []int32{req.ExpectedRunNumber},
+		})
+	})
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	if errors.Is(job.Err, pgx.ErrNoRows) {
+		out.Err = pgx.ErrNoRows
+		return out, nil
+	}
+	if job.Err != nil {
+		return nil, job.Err
+	}
+	j := job.Val
+	r := db.JobRequeueRow{
+		ID: j.ID, JobType: j.JobType, OrganizationID: j.OrganizationID, Payload: j.Payload, Status: j.Status,
+		Priority: j.Priority, RunNumber: j.RunNumber, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		TimeoutSeconds: j.TimeoutSeconds, NextRunAt: j.NextRunAt, LeaseExpiresAt: j.LeaseExpiresAt,
+		LastHeartbeatAt: j.LastHeartbeatAt, WorkerID: j.WorkerID, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Stage: j.Stage, ProgressDone: j.ProgressDone, ProgressTotal: j.ProgressTotal, ProgressPct: j.ProgressPct,
+		Checkpoint: j.Checkpoint, IdempotencyKey: j.IdempotencyKey, StatusReason: j.StatusReason,
+		LastErrorCode: j.LastErrorCode, LastErrorMessage: j.LastErrorMessage, CreatedAt: j.CreatedAt,
+		UpdatedAt: j.UpdatedAt, EnqueueRequest: j.EnqueueRequest, Output: j.Output,
+		ExecutionResourceKey: j.ExecutionResourceKey,
+	}
+	for _, m := range miss.Val {
+		if m.ID == req.JobID {
+			r.WorkflowManaged, r.LeaseLive, r.RequeuedReason, r.RequeuedFrom = m.WorkflowManaged, m.LeaseLive, m.RequeuedReason, m.RequeuedFrom
+		}
+	}
+	out.Val = r
+	return out, nil
 }
 
 // decide turns an attempt's row into the outcome, or asks for another

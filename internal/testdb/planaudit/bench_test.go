@@ -11,17 +11,19 @@ import (
 )
 
 // benchedStatements are the statements BenchmarkStatements times: the
-// replay's and the enqueue's, the claim of one tenant, and the completion
-// as one server runs it and as Citus does (without its events).
+// replay's and the enqueue's, the claim of one tenant, and the completion,
+// the cancel and the release as one server runs them and as Citus does
+// (without their events).
 var benchedStatements = map[string]bool{
 	"JobLockByIdempotencyKeyGlobal": true, "JobLockForReplay": true, "JobReplayGetForRequest": true,
 	"JobReplayGetForRequestAfterSourceLock": true, "JobReplayInsert": true, "JobEnqueue": true,
 	"JobClaimTenant": true, "JobReplayBulkInsert": true,
 	"JobCompleteMany": true, "JobCompleteManyRouted": true,
+	"JobCancel": true, "JobCancelRouted": true, "JobReleaseMany": true, "JobReleaseManyRouted": true,
 }
 
 // oneServerOnly are benched statements the library never sends to Citus.
-var oneServerOnly = map[string]bool{"JobCompleteMany": true}
+var oneServerOnly = map[string]bool{"JobCompleteMany": true, "JobCancel": true, "JobReleaseMany": true}
 
 // BenchmarkStatements executes each statement alone on the audit's data,
 // as prepared with the audit's values, in a transaction rolled back after
