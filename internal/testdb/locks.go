@@ -73,12 +73,17 @@ func rowLockedIn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, probe, m
 // also those whose distributed transaction waits on a worker node
 // (citus_lock_waits, whose global pid is the node id times 10^10 plus the
 // coordinator's pid: a coordinator's pg_locks shows no wait for a lock on
-// a worker's shard). Tests that filter the waiters select from it.
+// a worker's shard), of this database's sessions only. Tests that filter
+// the waiters select from it.
 func WaitersSQL() string {
 	q := `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 	      WHERE NOT l.granted AND a.datname = current_database()`
 	if Citus() {
-		q += ` UNION SELECT (waiting_gpid % 10000000000)::int FROM citus_lock_waits`
+		// citus_lock_waits covers every database of the cluster: keep the
+		// waits of this database's coordinator sessions, so that a test
+		// running in parallel in another database is not counted.
+		q += ` UNION SELECT w.pid FROM (SELECT (waiting_gpid % 10000000000)::int AS pid FROM citus_lock_waits) w
+		       JOIN pg_stat_activity a ON a.pid = w.pid WHERE a.datname = current_database()`
 	}
 	return q
 }
