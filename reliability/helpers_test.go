@@ -86,14 +86,15 @@ func (e *env) proxied(observe func(pgproxy.Message)) (*pgproxy.Proxy, *pgxpool.P
 	return proxy, openPool(e.t, proxy.ConnString(e.url), app, 1, nil), app
 }
 
-// armLostWorkerWrite arms proxy to swallow the reply that tells a
-// worker's write (complete, fail) through pool it committed: the write's
-// own reply on one server, where it is one autocommit statement, and its
-// COMMIT's on Citus, where the write and its events are one transaction.
+// armLostWrite arms proxy to swallow the reply that tells a write that
+// commits on its own (complete, fail, cancel, an unkeyed enqueue) through
+// pool it committed: the write's own reply on one server, where it is one
+// autocommit statement, and its COMMIT's on Citus, where the write and its
+// events are one transaction.
 // It first has pool learn whether the database runs Citus (a lease
 // recovery with nothing to recover asks), so that question's reply is
 // never the one lost.
-func armLostWorkerWrite(t *testing.T, ctx context.Context, proxy *pgproxy.Proxy, pool *pgxpool.Pool) {
+func armLostWrite(t *testing.T, ctx context.Context, proxy *pgproxy.Proxy, pool *pgxpool.Pool) {
 	t.Helper()
 	if _, err := lease.RecoverExpiredLeases(ctx, pool, 1); err != nil {
 		t.Fatalf("learn whether the database runs Citus: %v", err)

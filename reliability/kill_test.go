@@ -412,7 +412,7 @@ func TestCompleteKilled(t *testing.T) {
 			var err error
 			if c.lostReply {
 				proxy, pool, _ := e.proxied(nil)
-				armLostWorkerWrite(t, ctx, proxy, pool)
+				armLostWrite(t, ctx, proxy, pool)
 				_, err = lease.Complete(ctx, pool, cr)
 				if proxy.Dropped() != 1 {
 					t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())

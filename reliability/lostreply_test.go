@@ -24,12 +24,11 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 	t.Parallel()
 	org := runledger.Organization(uuid.New())
 	cases := []struct {
-		name   string
-		worker bool // a worker's write: see armLostWorkerWrite
-		write  func(ctx context.Context, pool *pgxpool.Pool, leased runledger.Job) error
-		check  func(t *testing.T, admin *pgxpool.Pool, leased runledger.Job)
+		name  string
+		write func(ctx context.Context, pool *pgxpool.Pool, leased runledger.Job) error
+		check func(t *testing.T, admin *pgxpool.Pool, leased runledger.Job)
 	}{
-		{"unkeyed enqueue", false, func(ctx context.Context, pool *pgxpool.Pool, _ runledger.Job) error {
+		{"unkeyed enqueue", func(ctx context.Context, pool *pgxpool.Pool, _ runledger.Job) error {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{Scope: org, JobType: "email"})
 			return err
 		}, func(t *testing.T, admin *pgxpool.Pool, _ runledger.Job) {
@@ -37,7 +36,7 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 				t.Fatalf("%d pending jobs, want the one the lost call created", n)
 			}
 		}},
-		{"fail", true, func(ctx context.Context, pool *pgxpool.Pool, j runledger.Job) error {
+		{"fail", func(ctx context.Context, pool *pgxpool.Pool, j runledger.Job) error {
 			fr := testdb.FailRequest(j)
 			fr.ErrorCode = "smtp.down"
 			_, err := lease.Fail(ctx, pool, fr)
@@ -47,7 +46,7 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 				t.Fatalf("events %v, want one RETRY_SCHEDULED after the lease", got)
 			}
 		}},
-		{"cancel", false, func(ctx context.Context, pool *pgxpool.Pool, j runledger.Job) error {
+		{"cancel", func(ctx context.Context, pool *pgxpool.Pool, j runledger.Job) error {
 			_, err := jobs.Cancel(ctx, pool, jobs.CancelRequest{Scope: org, JobID: j.ID, Reason: "lost reply"})
 			return err
 		}, func(t *testing.T, admin *pgxpool.Pool, j runledger.Job) {
@@ -65,11 +64,7 @@ func TestLostReplyOnAutocommitWriteIsUnconfirmed(t *testing.T) {
 			testdb.DefineType(t, e.admin, "email")
 			leased := testdb.Leased(t, ctx, e.admin, jobs.EnqueueRequest{Scope: org, JobType: "email"})
 			proxy, pool, _ := e.proxied(nil)
-			if c.worker {
-				armLostWorkerWrite(t, ctx, proxy, pool)
-			} else {
-				proxy.DropReply("SELECT")
-			}
+			armLostWrite(t, ctx, proxy, pool)
 			err := c.write(ctx, pool, leased)
 			if proxy.Dropped() != 1 {
 				t.Fatalf("the proxy swallowed %d replies, want 1", proxy.Dropped())
