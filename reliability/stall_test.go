@@ -91,11 +91,14 @@ func TestStalledServerKeepsTheDeadline(t *testing.T) {
 			}
 			return err
 		}},
-		{"keyed enqueue", true, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
+		// On Citus an enqueue is a transaction (the definition read, the
+		// insert, then its event with the COMMIT): the stall meets BEGIN's
+		// reply, before anything is sent.
+		{"keyed enqueue", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: s.jobType, IdempotencyKey: s.source.String()})
 			return err
 		}},
-		{"unkeyed enqueue", true, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
+		{"unkeyed enqueue", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
 			_, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{JobType: s.jobType})
 			return err
 		}},

@@ -19,7 +19,7 @@ import (
 
 // No job runs twice on healthy workers: three workers, each on a pool of
 // its own, run 2,000 short jobs of four tenants with short leases (2 s,
-// heartbeats every 300 ms, recovery every second). The workers' own
+// 6 s on Citus, heartbeats every sixth of it, recovery every second). The workers' own
 // statements never deadlock (pg_stat_database.deadlocks does not move), no
 // job has a second attempt, and every job has exactly one SUCCEEDED event.
 func TestWorkersUnderLoadNeverDeadlockOrRunAJobTwice(t *testing.T) {
@@ -57,13 +57,21 @@ func TestWorkersUnderLoadNeverDeadlockOrRunAJobTwice(t *testing.T) {
 	}
 	before := deadlocks()
 
+	// On Citus a heartbeat is a distributed transaction: beside the rest of
+	// the suite one took longer than a 2 s lease leaves it, the job was
+	// recovered and ran again. The lease is longer there; the guarantee
+	// under test (a heartbeat that lands keeps the job) is the same.
+	leaseFor := 2 * time.Second
+	if testdb.Citus() {
+		leaseFor = 6 * time.Second
+	}
 	var finished atomic.Int64
 	runners := make([]*runner, workersN)
 	var pools []*pgxpool.Pool
 	for i := range runners {
 		pool := openPool(t, e.url, "rl-load-"+testdb.RandomHex(4), 8, nil)
 		pools = append(pools, pool)
-		runners[i] = startWorker(t, pool, worker.Config{Concurrency: 8, Lease: 2 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
+		runners[i] = startWorker(t, pool, worker.Config{Concurrency: 8, Lease: leaseFor, HeartbeatInterval: leaseFor / 6,
 			RecoveryInterval: time.Second, PollInterval: 50 * time.Millisecond,
 			OnFinished: func(worker.Finished) { finished.Add(1) }},
 			func(w *worker.Worker) error {
@@ -72,13 +80,15 @@ func TestWorkersUnderLoadNeverDeadlockOrRunAJobTwice(t *testing.T) {
 				})
 			})
 	}
+	// Two minutes, not WaitFor's 30 s: on Citus every statement is a hop
+	// more, and 2,000 jobs took longer than 30 s on a loaded machine.
 	deadline := time.Now().Add(2 * time.Minute)
-	e.waitFor("every job to succeed", func() bool {
+	for countWhere(t, e.admin, "status = 'SUCCEEDED'") != jobsN {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d jobs SUCCEEDED after 2 minutes", countWhere(t, e.admin, "status = 'SUCCEEDED'"))
 		}
-		return countWhere(t, e.admin, "status = 'SUCCEEDED'") == jobsN
-	})
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
 	for _, r := range runners {
 		if err := r.stop(); err != nil {
 			t.Fatal(err)
