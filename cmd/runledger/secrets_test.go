@@ -15,6 +15,7 @@ import (
 
 	"github.com/runledger-go/runledger/internal/failpoint"
 	"github.com/runledger-go/runledger/internal/pgserver"
+	"github.com/runledger-go/runledger/internal/redact"
 	"github.com/runledger-go/runledger/internal/testdb"
 	"github.com/runledger-go/runledger/internal/txn"
 )
@@ -355,7 +356,10 @@ func FuzzPasswordNeverPrinted(f *testing.F) {
 			}
 			var o, e syncBuffer
 			run(ctx, args, &o, &e, getenv)
-			if out := o.String() + e.String(); strings.Contains(out, p) {
+			// The masks are taken out first: a password of the mask's
+			// letters is found in a mask and the letter after it, without
+			// any leak.
+			if out := o.String() + e.String(); strings.Contains(strings.ReplaceAll(out, redact.Mask, "\uFFFD"), p) {
 				t.Fatalf("runledger %q: output holds password %q:\n%s", args, p, out)
 			}
 		}

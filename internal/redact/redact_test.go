@@ -121,13 +121,17 @@ func FuzzRedactDSN(f *testing.F) {
 		}
 		p := cfg.Password
 		r := redact.ForDSNs(dsn)
+		// The masks are taken out before the search: a password made of
+		// the mask's letters ("xxxx") is found in the mask itself, or in a
+		// mask followed by the text's next letter, without any leak.
+		unmasked := func(out string) string { return strings.ReplaceAll(out, redact.Mask, "\uFFFD") }
 		for _, text := range []string{dsn, "cannot use " + strconv.Quote(dsn) + ": " + p, p + p, url.QueryEscape(p)} {
-			if out := r.String(text); strings.Contains(out, p) || strings.Contains(out, url.QueryEscape(p)) {
+			if out := r.String(text); strings.Contains(unmasked(out), p) || strings.Contains(unmasked(out), url.QueryEscape(p)) {
 				t.Fatalf("String(%q) = %q holds password %q", text, out, p)
 			}
 			var buf bytes.Buffer
 			_, _ = r.Writer(&buf).Write([]byte(text))
-			if strings.Contains(buf.String(), p) {
+			if strings.Contains(unmasked(buf.String()), p) {
 				t.Fatalf("Writer(%q) = %q holds password %q", text, buf.String(), p)
 			}
 		}
