@@ -242,7 +242,8 @@ func (r *run) write(es []*execution, op batchOp, alone func(*execution, error), 
 			if len(recheck) == 0 {
 				return
 			}
-			es = r.resolve(recheck)
+			unread, held := r.resolve(recheck)
+			es = append(unread, held...)
 		case batchRefused(err) && r.db.Err() == nil:
 			if len(es) == 1 {
 				alone(es[0], err)
@@ -263,7 +264,8 @@ func (r *run) write(es []*execution, op batchOp, alone func(*execution, error), 
 				for _, e := range es {
 					unsure[e] = true
 				}
-				es = r.resolve(es)
+				unread, held := r.resolve(es)
+				es = append(unread, held...)
 			}
 		}
 		var left, late []*execution
@@ -375,38 +377,34 @@ func lastLeaseEnd(es []*execution) time.Time {
 }
 
 // resolveLate settles attempts whose write is unconfirmed and whose lease
-// has run out: the write may have landed, so they are read back (again
-// and again while the database cannot be reached, for at most a lease
-// length, or until the hard stop of a shutdown) before any is reported
-// lost. One that shows its write is reported written; any other is lost,
-// as nothing more may be written for it.
+// has run out: the write may have landed, so they are read back before
+// any is reported lost. A job that cannot be read (the database cannot be
+// reached) is read again until it can be, however long the outage lasts,
+// or until the hard stop of a shutdown: reporting lost an outcome that
+// landed would tell OnFinished the attempt wrote nothing when it wrote its
+// outcome. A job read back still leased by this worker at the attempt (its
+// write did not land, and no recovery took it back yet) is read again for
+// at most a lease length, then reported lost, as nothing more may be
+// written for it. One that shows its write is reported written; any other
+// is lost.
 func (r *run) resolveLate(es []*execution) {
-	if len(es) == 0 {
-		return
-	}
 	var bo backoff
-	until := time.Now().Add(r.cfg.Lease)
-	for {
-		var unread []*execution
-		for _, e := range r.resolve(es) {
-			if time.Now().Before(until) && r.db.Err() == nil {
-				unread = append(unread, e)
+	heldUntil := time.Now().Add(r.cfg.Lease)
+	for len(es) > 0 {
+		unread, held := r.resolve(es)
+		es = unread
+		for _, e := range held {
+			if time.Now().Before(heldUntil) {
+				es = append(es, e)
 				continue
 			}
 			e.lost.Store(true)
 			r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errLeaseLost, Duration: e.duration})
 		}
-		if len(unread) == 0 {
-			return
-		}
-		// resolve returns what it could not read and what this worker
-		// still holds; past the lease's end the latter cannot be written
-		// any more, so only a later read can tell.
-		es = unread
-		if time.Now().After(until) || r.db.Err() != nil || !sleep(r.db.Done(), bo.next()) {
+		if len(es) > 0 && (r.db.Err() != nil || !sleep(r.db.Done(), bo.next())) {
 			for _, e := range es {
 				e.lost.Store(true)
-				r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errLeaseLost, Duration: e.duration})
+				r.finish(e, Finished{Job: e.job, Outcome: OutcomeLost, Err: errShutdownDeadline, Duration: e.duration})
 			}
 			return
 		}
@@ -415,11 +413,13 @@ func (r *run) resolveLate(es []*execution) {
 
 // resolve reads back the jobs of a batch whose commit is unconfirmed:
 // those that show this worker's write at this attempt are reported
-// written, those still leased at this attempt by this worker are returned
-// to be written again, and the others (recovered, canceled, claimed
-// again) are reported lost. The reads share one deadline: the batch's
-// last lease end, at least a heartbeat interval from now.
-func (r *run) resolve(es []*execution) []*execution {
+// written; those that could not be read (the database could not be
+// reached) are returned as unread, and those still leased at this attempt
+// by this worker as held, to be written or read again; the others
+// (recovered, canceled, claimed again, or a read the database refused)
+// are reported lost. The reads share one deadline: the batch's last lease
+// end, at least a heartbeat interval from now.
+func (r *run) resolve(es []*execution) (unread, held []*execution) {
 	until := lastLeaseEnd(es)
 	// A read-back may still find what landed, also past a lease's end.
 	if floor := time.Now().Add(r.cfg.HeartbeatInterval); until.Before(floor) {
@@ -427,22 +427,30 @@ func (r *run) resolve(es []*execution) []*execution {
 	}
 	ctx, cancel := r.bounded(until)
 	defer cancel()
-	var left []*execution
 	for _, e := range es {
 		j, err := inspect.Get(ctx, r.pool, e.scope, e.job.ID)
 		switch {
+		case err != nil && unreachable(err):
+			unread = append(unread, e)
 		case err != nil:
-			left = append(left, e)
+			r.report(e, e.job, err)
 		case j.Status == runledger.JobStatusLeased && j.RunNumber == e.job.RunNumber && j.Attempt == e.job.Attempt &&
 			j.WorkerID != nil && *j.WorkerID == r.cfg.WorkerID:
-			left = append(left, e)
+			held = append(held, e)
 		case landed(e, j):
 			r.report(e, j, nil)
 		default:
 			r.report(e, j, errLeaseLost)
 		}
 	}
-	return left
+	return unread, held
+}
+
+// unreachable reports an error by which a read did not reach the
+// database, or got no answer from it: the same read may succeed later.
+func unreachable(err error) bool {
+	return runledger.IsTransient(err) || errors.Is(err, runledger.ErrCommitUnconfirmed) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // landed reports whether j, as read back, shows e's own write: at e's run

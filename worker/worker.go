@@ -48,6 +48,10 @@
 //     once more cleaned, then given up. Nothing is retried forever: the
 //     lease of an outcome still unwritten one lease length after its
 //     handler returned is no longer renewed, so a recovery takes it back.
+//     A write whose reply was lost is settled by reading the job back, for
+//     as long as the database cannot be reached (until the hard stop of a
+//     shutdown): an outcome that landed is reported as written, never
+//     lost.
 //   - Decides about leases on the database clock: the lease end it
 //     tracks is the length the database gave the lease (lease_expires_at
 //     less the database time of the claim or heartbeat) counted from when

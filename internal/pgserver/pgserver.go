@@ -277,6 +277,13 @@ func (s *Server) Stop() error {
 // (synchronous_commit=off); crash tests that count acknowledged commits
 // should use Durable. Restart after Stop is an error.
 func (s *Server) Restart(ctx context.Context, mode string) error {
+	return s.RestartAfter(ctx, mode, 0)
+}
+
+// RestartAfter is Restart with the server down for at least down between
+// its stop and its start: a slow restart (a failover, a long crash
+// recovery), during which every connection attempt is refused.
+func (s *Server) RestartAfter(ctx context.Context, mode string, down time.Duration) error {
 	var sig syscall.Signal
 	switch mode {
 	case "fast":
@@ -296,6 +303,15 @@ func (s *Server) Restart(ctx context.Context, mode string) error {
 			return fmt.Errorf("pgserver: restart: %w", err)
 		}
 		s.proc = nil
+	}
+	if down > 0 {
+		t := time.NewTimer(down)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pgserver: restart: %w", ctx.Err())
+		}
 	}
 	t0 := time.Now()
 	if err := s.launch(ctx, false); err != nil {

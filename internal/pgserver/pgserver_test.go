@@ -193,6 +193,43 @@ func TestManagedSettingRejected(t *testing.T) {
 	}
 }
 
+// TestRestartAfterStaysDown checks that RestartAfter keeps the server down
+// for the time asked: a connection attempt made while it is down is
+// refused, and the server is back on the same port afterwards.
+func TestRestartAfterStaysDown(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	ctx := context.Background()
+	url := s.URL("")
+	const down = time.Second
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() { done <- s.RestartAfter(ctx, "fast", down) }()
+	refused := false
+	for !refused && time.Since(t0) < down {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			refused = true
+			break
+		}
+		_ = c.Close(ctx)
+		time.Sleep(20 * time.Millisecond) // polling until the stop takes effect
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("RestartAfter: %v", err)
+	}
+	if took := time.Since(t0); took < down {
+		t.Errorf("RestartAfter returned after %s, want at least the %s down", took, down)
+	}
+	if !refused {
+		t.Error("no connection attempt was refused while the server was down")
+	}
+	conn := connect(t, url)
+	if err := conn.Ping(ctx); err != nil {
+		t.Fatalf("after RestartAfter: %v", err)
+	}
+}
+
 // TestRestart checks that both shutdown modes keep committed data and come
 // back on the same port. Durable, because an immediate shutdown of a server
 // with synchronous_commit=off may lose the last commits (documented).

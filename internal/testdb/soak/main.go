@@ -17,7 +17,10 @@
 // a -worker-lease of 2 s and recovery every -worker-recovery (1 s), in this
 // process; they drain the jobs once the load ends. Halfway through it
 // restarts the server once (-restart-mode, immediate by default: crash
-// recovery from the WAL). Every 10 seconds (-sample) it records the
+// recovery from the WAL), down for -restart-down between its stop and its
+// start (0 by default; longer than the workers' lease, a slow restart,
+// during which their leases run out while their last writes' replies are
+// lost). Every 10 seconds (-sample) it records the
 // process's resident set size (VmRSS from /proc/self/status) and Go heap,
 // goroutines, the server's open connections (pg_stat_activity) and the
 // queue. Every 250 ms (-lease-sample) it reads the leases each worker
@@ -82,6 +85,7 @@ type config struct {
 	workerConcurrency int
 	workerRate        int
 	workerLease       time.Duration
+	restartDown       time.Duration
 	workerRecovery    time.Duration
 	leaseSample       time.Duration
 }
@@ -116,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.sample, "sample", 10*time.Second, "interval between memory and connection samples")
 	fs.Float64Var(&cfg.restartAt, "restart-at", 0.5, "when to restart the server, as a fraction of -duration")
 	fs.StringVar(&cfg.restartMode, "restart-mode", "immediate", `"immediate" (SIGQUIT, crash recovery) or "fast" (SIGINT, checkpoint)`)
+	fs.DurationVar(&cfg.restartDown, "restart-down", 0, "how long the server stays down at the restart, between its stop and its start (a slow restart: leases run out meanwhile)")
 	fs.DurationVar(&cfg.window, "window", 30*time.Second, "how long after the restart's end a retryable error still counts as caused by it")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of claimed jobs")
 	fs.IntVar(&cfg.workers, "workers", 3, "worker.Worker instances (package worker), each with its own worker id and pool")

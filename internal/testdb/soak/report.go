@@ -160,8 +160,12 @@ func (r *report) print(w io.Writer, st *stats) {
 	fmt.Fprintf(w, "## Soak: %s, %d clients and %d workers, one %s restart\n\n", r.elapsed.Round(time.Second), r.cfg.clients, r.cfg.workers, r.cfg.restartMode)
 	fmt.Fprintf(w, "- server: PostgreSQL %s (pgserver, Durable)\n", r.server)
 	if !st.restartEnded.IsZero() {
-		fmt.Fprintf(w, "- restart (%s) began at %s into the load and took %s (until the server accepted connections again)\n",
+		fmt.Fprintf(w, "- restart (%s) began at %s into the load and took %s (until the server accepted connections again)",
 			r.cfg.restartMode, st.restartBegan.Sub(st.start).Round(time.Millisecond), st.restartEnded.Sub(st.restartBegan).Round(time.Millisecond))
+		if r.cfg.restartDown > 0 {
+			fmt.Fprintf(w, ", the server down for %s of it", r.cfg.restartDown)
+		}
+		fmt.Fprintf(w, "\n")
 	}
 	fmt.Fprintf(w, "- lease %s, samples every %s, retryable errors allowed from the restart's beginning to %s after its end\n\n",
 		r.cfg.lease, r.cfg.sample, r.cfg.window)

@@ -175,7 +175,7 @@ func run(ctx context.Context, cfg config) int {
 	case <-time.After(time.Until(start.Add(restartDelay))):
 		t0 := time.Now()
 		st.setRestart(t0, time.Time{})
-		err := srv.Restart(ctx, cfg.restartMode)
+		err := srv.RestartAfter(ctx, cfg.restartMode, cfg.restartDown)
 		t1 := time.Now()
 		st.setRestart(t0, t1)
 		if err != nil {
