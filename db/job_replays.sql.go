@@ -7,9 +7,59 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/google/uuid"
 )
+
+const jobEventReplayEnqueued = `-- name: JobEventReplayEnqueued :execrows
+INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+VALUES ($1, $2, $3::int, 'ENQUEUED', $4::text,
+        jsonb_strip_nulls(jsonb_build_object(
+            'job_type', $5::text,
+            'replayed_from_job_id', $6::uuid,
+            'replayed_from_run_number', $7::int,
+            'replay_request_key', $8::text,
+            'reason', $9::text,
+            'operator', $10::text)))
+`
+
+type JobEventReplayEnqueuedParams struct {
+	OrganizationID   uuid.UUID
+	JobID            uuid.UUID
+	RunNumber        int32
+	Stage            string
+	JobType          string
+	SourceJobID      uuid.UUID
+	SourceRunNumber  int32
+	ReplayRequestKey string
+	Reason           string
+	Operator         *string
+}
+
+// JobEventReplayEnqueued writes the ENQUEUED event of a replay job
+// (@job_id, at its run and stage as inserted) with the provenance
+// JobReplayInsert records: the job type, the source and its run, the
+// request key and reason, and @operator only when it is set. It reads no
+// table: one step on Citus.
+func (q *Queries) JobEventReplayEnqueued(ctx context.Context, db DBTX, arg JobEventReplayEnqueuedParams) (int64, error) {
+	result, err := db.Exec(ctx, jobEventReplayEnqueued,
+		arg.OrganizationID,
+		arg.JobID,
+		arg.RunNumber,
+		arg.Stage,
+		arg.JobType,
+		arg.SourceJobID,
+		arg.SourceRunNumber,
+		arg.ReplayRequestKey,
+		arg.Reason,
+		arg.Operator,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const jobReplayGetForReplayJob = `-- name: JobReplayGetForReplayJob :one
 SELECT jr.replay_job_id, jr.source_job_id, jr.source_run_number, jr.replay_request_key, jr.reason, jr.created_at, jr.organization_id
@@ -278,6 +328,9 @@ type JobReplayInsertRow struct {
 // waits; no row, and nothing written, when it is missing or disabled.
 // The workers' wake-up is a statement of its own (WorkerNotifyDue).
 // The event names @operator only when it is set (a NULL is stripped).
+// Citus runs it in steps through the coordinator: there the library sends
+// JobReplaySourceRouted in its place, then JobReplayJobRouted,
+// JobEventReplayEnqueued and JobReplayLineageRouted.
 func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayInsertParams) (JobReplayInsertRow, error) {
 	row := db.QueryRow(ctx, jobReplayInsert,
 		arg.OrganizationID,
@@ -299,6 +352,94 @@ func (q *Queries) JobReplayInsert(ctx context.Context, db DBTX, arg JobReplayIns
 		&i.LineageCount,
 	)
 	return i, err
+}
+
+const jobReplayJobRouted = `-- name: JobReplayJobRouted :one
+INSERT INTO job_queue (
+    id, job_type, organization_id, payload, priority, max_attempts,
+    timeout_seconds, next_run_at, stage, execution_resource_key
+)
+VALUES ($1, $2, $3, $4::jsonb, $5::int, $6::int,
+        $7::int, now(), 'queued', $8::text)
+RETURNING id, status, run_number, stage
+`
+
+type JobReplayJobRoutedParams struct {
+	ReplayJobID          uuid.UUID
+	JobType              string
+	OrganizationID       uuid.UUID
+	Payload              json.RawMessage
+	Priority             int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	ExecutionResourceKey *string
+}
+
+type JobReplayJobRoutedRow struct {
+	ID        uuid.UUID
+	Status    JobStatus
+	RunNumber int32
+	Stage     string
+}
+
+// JobReplayJobRouted inserts the replay job JobReplaySourceRouted allowed,
+// as JobReplayInsert does: @replay_job_id (fresh), with the source's type,
+// payload, priority, max_attempts, timeout_seconds and
+// execution_resource_key as that statement returned them; run 1, PENDING,
+// queued, due now. A plain INSERT ... VALUES: one step on Citus.
+func (q *Queries) JobReplayJobRouted(ctx context.Context, db DBTX, arg JobReplayJobRoutedParams) (JobReplayJobRoutedRow, error) {
+	row := db.QueryRow(ctx, jobReplayJobRouted,
+		arg.ReplayJobID,
+		arg.JobType,
+		arg.OrganizationID,
+		arg.Payload,
+		arg.Priority,
+		arg.MaxAttempts,
+		arg.TimeoutSeconds,
+		arg.ExecutionResourceKey,
+	)
+	var i JobReplayJobRoutedRow
+	err := row.Scan(
+		&i.ID,
+		&i.Status,
+		&i.RunNumber,
+		&i.Stage,
+	)
+	return i, err
+}
+
+const jobReplayLineageRouted = `-- name: JobReplayLineageRouted :execrows
+INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+VALUES ($1, $2, $3::int, $4::text, $5, $6::text)
+`
+
+type JobReplayLineageRoutedParams struct {
+	OrganizationID   uuid.UUID
+	SourceJobID      uuid.UUID
+	SourceRunNumber  int32
+	ReplayRequestKey string
+	ReplayJobID      uuid.UUID
+	Reason           string
+}
+
+// JobReplayLineageRouted writes the lineage row of a replay (the source,
+// its run, the request key, the replay job and the reason), as
+// JobReplayInsert does; the lineage key refuses a second replay of the
+// request (a unique violation). A plain INSERT ... VALUES: one step on
+// Citus.
+func (q *Queries) JobReplayLineageRouted(ctx context.Context, db DBTX, arg JobReplayLineageRoutedParams) (int64, error) {
+	result, err := db.Exec(ctx, jobReplayLineageRouted,
+		arg.OrganizationID,
+		arg.SourceJobID,
+		arg.SourceRunNumber,
+		arg.ReplayRequestKey,
+		arg.ReplayJobID,
+		arg.Reason,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const jobReplayListForSource = `-- name: JobReplayListForSource :many
@@ -367,4 +508,75 @@ func (q *Queries) JobReplayListForSource(ctx context.Context, db DBTX, arg JobRe
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobReplaySourceRouted = `-- name: JobReplaySourceRouted :one
+SELECT s.id, s.run_number, s.job_type, s.payload, s.priority,
+       s.max_attempts, s.timeout_seconds, s.execution_resource_key
+FROM job_queue s
+JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
+WHERE s.organization_id = $1
+  AND s.id = $2
+  AND s.status = 'SUCCEEDED'
+  AND s.run_number = $3
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = $1 AND ws.job_id = s.id)
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.organization_id = $1 AND jr.source_job_id = s.id
+                    AND jr.source_run_number = $3 AND jr.replay_request_key = $4::text)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE OF s
+FOR SHARE OF d
+`
+
+type JobReplaySourceRoutedParams struct {
+	OrganizationID   uuid.UUID
+	SourceJobID      uuid.UUID
+	SourceRunNumber  int32
+	ReplayRequestKey string
+}
+
+type JobReplaySourceRoutedRow struct {
+	ID                   uuid.UUID
+	RunNumber            int32
+	JobType              string
+	Payload              json.RawMessage
+	Priority             int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	ExecutionResourceKey *string
+}
+
+// JobReplaySourceRouted is JobReplayInsert's first part on Citus, where
+// JobReplayInsert runs in steps through the coordinator: the source, locked
+// FOR NO KEY UPDATE, and its job type's definition, read FOR SHARE (a
+// definition change waits until the transaction ends), under the same
+// guards as JobReplayInsert's (the source SUCCEEDED at @source_run_number,
+// in no workflow step, without lineage for the request, the definition
+// enabled, READ COMMITTED), with what the replay copies from the source.
+// It stands where JobReplayInsert stands in the replay's pipeline; when it
+// returns a row, the caller writes, in the same transaction, the replay
+// job (JobReplayJobRouted, with the source's settings), its event
+// (JobEventReplayEnqueued) and the lineage (JobReplayLineageRouted). No row,
+// and nothing locked, where JobReplayInsert would write nothing. One step
+// on the tenant's shard.
+func (q *Queries) JobReplaySourceRouted(ctx context.Context, db DBTX, arg JobReplaySourceRoutedParams) (JobReplaySourceRoutedRow, error) {
+	row := db.QueryRow(ctx, jobReplaySourceRouted,
+		arg.OrganizationID,
+		arg.SourceJobID,
+		arg.SourceRunNumber,
+		arg.ReplayRequestKey,
+	)
+	var i JobReplaySourceRoutedRow
+	err := row.Scan(
+		&i.ID,
+		&i.RunNumber,
+		&i.JobType,
+		&i.Payload,
+		&i.Priority,
+		&i.MaxAttempts,
+		&i.TimeoutSeconds,
+		&i.ExecutionResourceKey,
+	)
+	return i, err
 }

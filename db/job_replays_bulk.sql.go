@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,6 +55,53 @@ func (q *Queries) JobCountSucceededForReplay(ctx context.Context, db DBTX, arg J
 	var count int64
 	err := row.Scan(&count)
 	return count, err
+}
+
+const jobEventReplayEnqueuedMany = `-- name: JobEventReplayEnqueuedMany :execrows
+INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+SELECT $1, e.id, 1, 'ENQUEUED', 'queued',
+       jsonb_strip_nulls(jsonb_build_object(
+           'job_type', e.job_types,
+           'replayed_from_job_id', ($2::uuid[])[e.ord],
+           'replayed_from_run_number', ($3::int[])[e.ord],
+           'replay_request_key', $4::text,
+           'reason', $5::text,
+           'operator', $6::text))
+FROM ROWS FROM (unnest($7::uuid[]), unnest($8::text[])) WITH ORDINALITY AS e(id, job_types, ord)
+ORDER BY e.id
+`
+
+type JobEventReplayEnqueuedManyParams struct {
+	OrganizationID   uuid.UUID
+	SourceJobIds     []uuid.UUID
+	SourceRunNumbers []int32
+	ReplayRequestKey string
+	Reason           string
+	Operator         *string
+	ReplayJobIds     []uuid.UUID
+	JobTypes         []string
+}
+
+// JobEventReplayEnqueuedMany writes the ENQUEUED event of each replay job
+// JobReplayBulkJobsRouted inserted (@replay_job_ids with, at the same
+// position, the job type, the source and its run), with the provenance
+// JobReplayBulkInsert records (@operator only when it is set), run 1,
+// stage queued, in id order. It reads no table: one step on Citus.
+func (q *Queries) JobEventReplayEnqueuedMany(ctx context.Context, db DBTX, arg JobEventReplayEnqueuedManyParams) (int64, error) {
+	result, err := db.Exec(ctx, jobEventReplayEnqueuedMany,
+		arg.OrganizationID,
+		arg.SourceJobIds,
+		arg.SourceRunNumbers,
+		arg.ReplayRequestKey,
+		arg.Reason,
+		arg.Operator,
+		arg.ReplayJobIds,
+		arg.JobTypes,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const jobGetForBulkReplayClassification = `-- name: JobGetForBulkReplayClassification :many
@@ -365,6 +413,115 @@ func (q *Queries) JobReplayBulkInsert(ctx context.Context, db DBTX, arg JobRepla
 	return items, nil
 }
 
+const jobReplayBulkJobsRouted = `-- name: JobReplayBulkJobsRouted :many
+INSERT INTO job_queue (
+    id, job_type, organization_id, payload, priority, max_attempts,
+    timeout_seconds, next_run_at, stage, execution_resource_key
+)
+SELECT i.id, i.job_types, $1::uuid, i.payloads,
+       ($2::int[])[i.ord], ($3::int[])[i.ord], ($4::int[])[i.ord],
+       now(), 'queued', NULLIF(i.execution_resource_keys, '')
+FROM ROWS FROM (unnest($5::uuid[]), unnest($6::text[]), unnest($7::jsonb[]), unnest($8::text[])) WITH ORDINALITY AS i(id, job_types, payloads, execution_resource_keys, ord)
+ORDER BY i.id
+RETURNING id, status, run_number, stage
+`
+
+type JobReplayBulkJobsRoutedParams struct {
+	OrganizationID        uuid.UUID
+	Priorities            []int32
+	MaxAttempts           []int32
+	TimeoutSeconds        []int32
+	ReplayJobIds          []uuid.UUID
+	JobTypes              []string
+	Payloads              []json.RawMessage
+	ExecutionResourceKeys []string
+}
+
+type JobReplayBulkJobsRoutedRow struct {
+	ID        uuid.UUID
+	Status    JobStatus
+	RunNumber int32
+	Stage     string
+}
+
+// JobReplayBulkJobsRouted inserts the replay jobs of a chunk on Citus
+// (@replay_job_ids, fresh, with, at the same position, the source's type,
+// payload, priority, max_attempts, timeout_seconds and resource key (”:
+// none) as JobReplayBulkSourcesRouted returned them), as
+// JobReplayBulkInsert does: run 1, PENDING, queued, due now, in id order.
+// It reads no table: Citus evaluates it on the coordinator and sends the
+// rows to the tenant's shard in one step.
+func (q *Queries) JobReplayBulkJobsRouted(ctx context.Context, db DBTX, arg JobReplayBulkJobsRoutedParams) ([]JobReplayBulkJobsRoutedRow, error) {
+	rows, err := db.Query(ctx, jobReplayBulkJobsRouted,
+		arg.OrganizationID,
+		arg.Priorities,
+		arg.MaxAttempts,
+		arg.TimeoutSeconds,
+		arg.ReplayJobIds,
+		arg.JobTypes,
+		arg.Payloads,
+		arg.ExecutionResourceKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobReplayBulkJobsRoutedRow
+	for rows.Next() {
+		var i JobReplayBulkJobsRoutedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Status,
+			&i.RunNumber,
+			&i.Stage,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobReplayBulkLineageRouted = `-- name: JobReplayBulkLineageRouted :execrows
+INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+SELECT $1, ($2::uuid[])[r.ord], ($3::int[])[r.ord],
+       $4::text, r.id, $5::text
+FROM unnest($6::uuid[]) WITH ORDINALITY AS r(id, ord)
+ORDER BY r.id
+`
+
+type JobReplayBulkLineageRoutedParams struct {
+	OrganizationID   uuid.UUID
+	SourceJobIds     []uuid.UUID
+	SourceRunNumbers []int32
+	ReplayRequestKey string
+	Reason           string
+	ReplayJobIds     []uuid.UUID
+}
+
+// JobReplayBulkLineageRouted writes the lineage rows of a chunk's replays
+// on Citus (@replay_job_ids with, at the same position, the source and
+// its run), as JobReplayBulkInsert does, in id order; the lineage key
+// refuses a second replay of a request. It reads no table: one step on
+// Citus.
+func (q *Queries) JobReplayBulkLineageRouted(ctx context.Context, db DBTX, arg JobReplayBulkLineageRoutedParams) (int64, error) {
+	result, err := db.Exec(ctx, jobReplayBulkLineageRouted,
+		arg.OrganizationID,
+		arg.SourceJobIds,
+		arg.SourceRunNumbers,
+		arg.ReplayRequestKey,
+		arg.Reason,
+		arg.ReplayJobIds,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const jobReplayBulkLockSources = `-- name: JobReplayBulkLockSources :many
 
 WITH input AS (
@@ -391,16 +548,20 @@ found AS (
     SELECT ord, replay_job_id, reason FROM lineage WHERE replay_job_id IS NOT NULL
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id, jq.job_type
-    FROM lineage
-    JOIN job_queue jq ON jq.organization_id = $3
-                     AND jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
-    WHERE lineage.replay_job_id IS NULL
-      AND jq.status = 'SUCCEEDED'
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
-                      WHERE ws.organization_id = $3 AND ws.job_id = jq.id)
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    SELECT l.id, l.job_type
+    FROM (SELECT source_job_id, source_run_number FROM lineage
+          WHERE replay_job_id IS NULL ORDER BY source_job_id) s
+    CROSS JOIN LATERAL (
+        SELECT jq.id, jq.job_type
+        FROM job_queue jq
+        WHERE jq.organization_id = $3
+          AND jq.id = s.source_job_id
+          AND jq.run_number = s.source_run_number
+          AND jq.status::text = 'SUCCEEDED'
+          AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                          WHERE ws.organization_id = $3 AND ws.job_id = jq.id)
+        FOR NO KEY UPDATE OF jq
+    ) l
 )
 SELECT lineage.source_job_id::uuid AS source_job_id,
        lineage.source_run_number::int AS source_run_number,
@@ -434,7 +595,11 @@ type JobReplayBulkLockSourcesRow struct {
 // set-based over arrays of the chunk's sources. A chunk runs them in one
 // READ COMMITTED transaction: JobReplayBulkLockSources, then
 // JobReplayBulkInsert for the sources it locked and
-// JobGetForBulkReplayClassification for the others.
+// JobGetForBulkReplayClassification for the others. On Citus, which runs
+// JobReplayBulkInsert in steps through the coordinator, the library sends
+// JobEnqueueManyDefinitionsRouted and JobReplayBulkSourcesRouted in its
+// place, then JobReplayBulkJobsRouted, JobEventReplayEnqueuedMany and
+// JobReplayBulkLineageRouted in a round trip of their own.
 // JobReplayBulkLockSources is the single replay's lineage lookup and
 // source lock for a chunk of sources (@source_job_ids with their expected
 // runs @source_run_numbers, no id twice), in one statement. It returns one
@@ -453,6 +618,10 @@ type JobReplayBulkLockSourcesRow struct {
 // (The lineage probe is a correlated subquery, so that it reads the
 // idempotency index once per source whatever the planner guesses of the
 // arrays' length.)
+// Each source is looked up and locked by its key in a lateral subquery,
+// the sources in id order: joined with the sources, a tenant the
+// statistics did not know was read whole through the key's tenant prefix
+// (TestHotPlansStayBounded).
 func (q *Queries) JobReplayBulkLockSources(ctx context.Context, db DBTX, arg JobReplayBulkLockSourcesParams) ([]JobReplayBulkLockSourcesRow, error) {
 	rows, err := db.Query(ctx, jobReplayBulkLockSources,
 		arg.SourceRunNumbers,
@@ -474,6 +643,110 @@ func (q *Queries) JobReplayBulkLockSources(ctx context.Context, db DBTX, arg Job
 			&i.Reason,
 			&i.Locked,
 			&i.JobType,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobReplayBulkSourcesRouted = `-- name: JobReplayBulkSourcesRouted :many
+WITH locked AS (
+    SELECT l.source_job_id, ($2::int[])[l.ord] AS source_run_number, l.ord
+    FROM unnest($3::uuid[]) WITH ORDINALITY AS l(source_job_id, ord)
+),
+checked AS MATERIALIZED (
+    SELECT locked.source_job_id, locked.source_run_number, locked.ord,
+           (SELECT jr.replay_job_id
+            FROM job_replays jr
+            WHERE jr.organization_id = $1
+              AND jr.source_job_id = locked.source_job_id
+              AND jr.source_run_number = locked.source_run_number
+              AND jr.replay_request_key = $4) AS existing_replay_job_id,
+           (SELECT jr.reason
+            FROM job_replays jr
+            WHERE jr.organization_id = $1
+              AND jr.source_job_id = locked.source_job_id
+              AND jr.source_run_number = locked.source_run_number
+              AND jr.replay_request_key = $4) AS existing_reason
+    FROM locked
+),
+found AS (
+    SELECT ord, existing_replay_job_id, existing_reason FROM checked WHERE existing_replay_job_id IS NOT NULL
+)
+SELECT checked.source_job_id::uuid AS source_job_id,
+       checked.source_run_number::int AS source_run_number,
+       found.existing_replay_job_id,
+       found.existing_reason,
+       s.job_type, s.payload, s.priority, s.max_attempts, s.timeout_seconds, s.execution_resource_key
+FROM checked
+JOIN job_queue s ON s.organization_id = $1
+                AND s.id = checked.source_job_id AND s.run_number = checked.source_run_number
+LEFT JOIN found ON found.ord = checked.ord
+ORDER BY checked.ord
+`
+
+type JobReplayBulkSourcesRoutedParams struct {
+	OrganizationID   uuid.UUID
+	SourceRunNumbers []int32
+	SourceJobIds     []uuid.UUID
+	ReplayRequestKey string
+}
+
+type JobReplayBulkSourcesRoutedRow struct {
+	SourceJobID          uuid.UUID
+	SourceRunNumber      int32
+	ExistingReplayJobID  *uuid.UUID
+	ExistingReason       *string
+	JobType              string
+	Payload              json.RawMessage
+	Priority             int32
+	MaxAttempts          int32
+	TimeoutSeconds       int32
+	ExecutionResourceKey *string
+}
+
+// JobReplayBulkSourcesRouted is JobReplayBulkInsert's second lookup on
+// Citus, where JobReplayBulkInsert runs in steps through the coordinator:
+// for the sources a chunk locked (@source_job_ids at
+// @source_run_numbers, locked by JobReplayBulkLockSources in the same
+// transaction), in a snapshot taken after those lock waits, the lineage
+// of the request a replay that held a source before committed, if any,
+// and what a replay copies from the source. One row per source, in the
+// order given. It locks nothing more: the library share-locks the
+// definitions with JobEnqueueManyDefinitionsRouted just before it and
+// writes the replays of the sources without lineage whose definition it
+// found with JobReplayBulkJobsRouted, JobEventReplayEnqueuedMany and
+// JobReplayBulkLineageRouted. One step on the tenant's shard.
+func (q *Queries) JobReplayBulkSourcesRouted(ctx context.Context, db DBTX, arg JobReplayBulkSourcesRoutedParams) ([]JobReplayBulkSourcesRoutedRow, error) {
+	rows, err := db.Query(ctx, jobReplayBulkSourcesRouted,
+		arg.OrganizationID,
+		arg.SourceRunNumbers,
+		arg.SourceJobIds,
+		arg.ReplayRequestKey,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobReplayBulkSourcesRoutedRow
+	for rows.Next() {
+		var i JobReplayBulkSourcesRoutedRow
+		if err := rows.Scan(
+			&i.SourceJobID,
+			&i.SourceRunNumber,
+			&i.ExistingReplayJobID,
+			&i.ExistingReason,
+			&i.JobType,
+			&i.Payload,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.TimeoutSeconds,
+			&i.ExecutionResourceKey,
 		); err != nil {
 			return nil, err
 		}

@@ -80,6 +80,9 @@ LEFT JOIN matching_replay ON matching_replay.id = lineage.replay_job_id;
 -- waits; no row, and nothing written, when it is missing or disabled.
 -- The workers' wake-up is a statement of its own (WorkerNotifyDue).
 -- The event names @operator only when it is set (a NULL is stripped).
+-- Citus runs it in steps through the coordinator: there the library sends
+-- JobReplaySourceRouted in its place, then JobReplayJobRouted,
+-- JobEventReplayEnqueued and JobReplayLineageRouted.
 -- name: JobReplayInsert :one
 WITH clock AS (
     SELECT now() AS now
@@ -139,6 +142,76 @@ SELECT inserted.id,
        (SELECT count(*) FROM event) AS event_count,
        (SELECT count(*) FROM lineage) AS lineage_count
 FROM inserted CROSS JOIN source;
+
+-- JobReplaySourceRouted is JobReplayInsert's first part on Citus, where
+-- JobReplayInsert runs in steps through the coordinator: the source, locked
+-- FOR NO KEY UPDATE, and its job type's definition, read FOR SHARE (a
+-- definition change waits until the transaction ends), under the same
+-- guards as JobReplayInsert's (the source SUCCEEDED at @source_run_number,
+-- in no workflow step, without lineage for the request, the definition
+-- enabled, READ COMMITTED), with what the replay copies from the source.
+-- It stands where JobReplayInsert stands in the replay's pipeline; when it
+-- returns a row, the caller writes, in the same transaction, the replay
+-- job (JobReplayJobRouted, with the source's settings), its event
+-- (JobEventReplayEnqueued) and the lineage (JobReplayLineageRouted). No row,
+-- and nothing locked, where JobReplayInsert would write nothing. One step
+-- on the tenant's shard.
+-- name: JobReplaySourceRouted :one
+SELECT s.id, s.run_number, s.job_type, s.payload, s.priority,
+       s.max_attempts, s.timeout_seconds, s.execution_resource_key
+FROM job_queue s
+JOIN job_definitions d ON d.job_type = s.job_type AND d.is_enabled
+WHERE s.organization_id = @organization_id
+  AND s.id = @source_job_id
+  AND s.status = 'SUCCEEDED'
+  AND s.run_number = @source_run_number
+  AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                  WHERE ws.organization_id = @organization_id AND ws.job_id = s.id)
+  AND NOT EXISTS (SELECT 1 FROM job_replays jr
+                  WHERE jr.organization_id = @organization_id AND jr.source_job_id = s.id
+                    AND jr.source_run_number = @source_run_number AND jr.replay_request_key = @replay_request_key::text)
+  AND lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted')
+FOR NO KEY UPDATE OF s
+FOR SHARE OF d;
+
+-- JobReplayJobRouted inserts the replay job JobReplaySourceRouted allowed,
+-- as JobReplayInsert does: @replay_job_id (fresh), with the source's type,
+-- payload, priority, max_attempts, timeout_seconds and
+-- execution_resource_key as that statement returned them; run 1, PENDING,
+-- queued, due now. A plain INSERT ... VALUES: one step on Citus.
+-- name: JobReplayJobRouted :one
+INSERT INTO job_queue (
+    id, job_type, organization_id, payload, priority, max_attempts,
+    timeout_seconds, next_run_at, stage, execution_resource_key
+)
+VALUES (@replay_job_id, @job_type, @organization_id, @payload::jsonb, @priority::int, @max_attempts::int,
+        @timeout_seconds::int, now(), 'queued', sqlc.narg(execution_resource_key)::text)
+RETURNING id, status, run_number, stage;
+
+-- JobEventReplayEnqueued writes the ENQUEUED event of a replay job
+-- (@job_id, at its run and stage as inserted) with the provenance
+-- JobReplayInsert records: the job type, the source and its run, the
+-- request key and reason, and @operator only when it is set. It reads no
+-- table: one step on Citus.
+-- name: JobEventReplayEnqueued :execrows
+INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+VALUES (@organization_id, @job_id, @run_number::int, 'ENQUEUED', @stage::text,
+        jsonb_strip_nulls(jsonb_build_object(
+            'job_type', @job_type::text,
+            'replayed_from_job_id', @source_job_id::uuid,
+            'replayed_from_run_number', @source_run_number::int,
+            'replay_request_key', @replay_request_key::text,
+            'reason', @reason::text,
+            'operator', sqlc.narg(operator)::text)));
+
+-- JobReplayLineageRouted writes the lineage row of a replay (the source,
+-- its run, the request key, the replay job and the reason), as
+-- JobReplayInsert does; the lineage key refuses a second replay of the
+-- request (a unique violation). A plain INSERT ... VALUES: one step on
+-- Citus.
+-- name: JobReplayLineageRouted :execrows
+INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+VALUES (@organization_id, @source_job_id, @source_run_number::int, @replay_request_key::text, @replay_job_id, @reason::text);
 
 -- JobReplayListForSource lists the replays made from a job, oldest first,
 -- with each replay's current status and run, within the caller's tenant (a

@@ -2,7 +2,11 @@
 -- set-based over arrays of the chunk's sources. A chunk runs them in one
 -- READ COMMITTED transaction: JobReplayBulkLockSources, then
 -- JobReplayBulkInsert for the sources it locked and
--- JobGetForBulkReplayClassification for the others.
+-- JobGetForBulkReplayClassification for the others. On Citus, which runs
+-- JobReplayBulkInsert in steps through the coordinator, the library sends
+-- JobEnqueueManyDefinitionsRouted and JobReplayBulkSourcesRouted in its
+-- place, then JobReplayBulkJobsRouted, JobEventReplayEnqueuedMany and
+-- JobReplayBulkLineageRouted in a round trip of their own.
 
 -- JobReplayBulkLockSources is the single replay's lineage lookup and
 -- source lock for a chunk of sources (@source_job_ids with their expected
@@ -46,17 +50,25 @@ lineage AS MATERIALIZED (
 found AS (
     SELECT ord, replay_job_id, reason FROM lineage WHERE replay_job_id IS NOT NULL
 ),
+-- Each source is looked up and locked by its key in a lateral subquery,
+-- the sources in id order: joined with the sources, a tenant the
+-- statistics did not know was read whole through the key's tenant prefix
+-- (TestHotPlansStayBounded).
 locked AS MATERIALIZED (
-    SELECT jq.id, jq.job_type
-    FROM lineage
-    JOIN job_queue jq ON jq.organization_id = @organization_id
-                     AND jq.id = lineage.source_job_id AND jq.run_number = lineage.source_run_number
-    WHERE lineage.replay_job_id IS NULL
-      AND jq.status = 'SUCCEEDED'
-      AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
-                      WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    SELECT l.id, l.job_type
+    FROM (SELECT source_job_id, source_run_number FROM lineage
+          WHERE replay_job_id IS NULL ORDER BY source_job_id) s
+    CROSS JOIN LATERAL (
+        SELECT jq.id, jq.job_type
+        FROM job_queue jq
+        WHERE jq.organization_id = @organization_id
+          AND jq.id = s.source_job_id
+          AND jq.run_number = s.source_run_number
+          AND jq.status::text = 'SUCCEEDED'
+          AND NOT EXISTS (SELECT 1 FROM workflow_steps ws
+                          WHERE ws.organization_id = @organization_id AND ws.job_id = jq.id)
+        FOR NO KEY UPDATE OF jq
+    ) l
 )
 SELECT lineage.source_job_id::uuid AS source_job_id,
        lineage.source_run_number::int AS source_run_number,
@@ -180,6 +192,102 @@ SELECT checked.source_job_id::uuid AS source_job_id,
 FROM checked
 LEFT JOIN found ON found.ord = checked.ord
 ORDER BY checked.ord;
+
+-- JobReplayBulkSourcesRouted is JobReplayBulkInsert's second lookup on
+-- Citus, where JobReplayBulkInsert runs in steps through the coordinator:
+-- for the sources a chunk locked (@source_job_ids at
+-- @source_run_numbers, locked by JobReplayBulkLockSources in the same
+-- transaction), in a snapshot taken after those lock waits, the lineage
+-- of the request a replay that held a source before committed, if any,
+-- and what a replay copies from the source. One row per source, in the
+-- order given. It locks nothing more: the library share-locks the
+-- definitions with JobEnqueueManyDefinitionsRouted just before it and
+-- writes the replays of the sources without lineage whose definition it
+-- found with JobReplayBulkJobsRouted, JobEventReplayEnqueuedMany and
+-- JobReplayBulkLineageRouted. One step on the tenant's shard.
+-- name: JobReplayBulkSourcesRouted :many
+WITH locked AS (
+    SELECT l.source_job_id, (@source_run_numbers::int[])[l.ord] AS source_run_number, l.ord
+    FROM unnest(@source_job_ids::uuid[]) WITH ORDINALITY AS l(source_job_id, ord)
+),
+checked AS MATERIALIZED (
+    SELECT locked.source_job_id, locked.source_run_number, locked.ord,
+           (SELECT jr.replay_job_id
+            FROM job_replays jr
+            WHERE jr.organization_id = @organization_id
+              AND jr.source_job_id = locked.source_job_id
+              AND jr.source_run_number = locked.source_run_number
+              AND jr.replay_request_key = @replay_request_key) AS existing_replay_job_id,
+           (SELECT jr.reason
+            FROM job_replays jr
+            WHERE jr.organization_id = @organization_id
+              AND jr.source_job_id = locked.source_job_id
+              AND jr.source_run_number = locked.source_run_number
+              AND jr.replay_request_key = @replay_request_key) AS existing_reason
+    FROM locked
+),
+found AS (
+    SELECT ord, existing_replay_job_id, existing_reason FROM checked WHERE existing_replay_job_id IS NOT NULL
+)
+SELECT checked.source_job_id::uuid AS source_job_id,
+       checked.source_run_number::int AS source_run_number,
+       found.existing_replay_job_id,
+       found.existing_reason,
+       s.job_type, s.payload, s.priority, s.max_attempts, s.timeout_seconds, s.execution_resource_key
+FROM checked
+JOIN job_queue s ON s.organization_id = @organization_id
+                AND s.id = checked.source_job_id AND s.run_number = checked.source_run_number
+LEFT JOIN found ON found.ord = checked.ord
+ORDER BY checked.ord;
+
+-- JobReplayBulkJobsRouted inserts the replay jobs of a chunk on Citus
+-- (@replay_job_ids, fresh, with, at the same position, the source's type,
+-- payload, priority, max_attempts, timeout_seconds and resource key ('':
+-- none) as JobReplayBulkSourcesRouted returned them), as
+-- JobReplayBulkInsert does: run 1, PENDING, queued, due now, in id order.
+-- It reads no table: Citus evaluates it on the coordinator and sends the
+-- rows to the tenant's shard in one step.
+-- name: JobReplayBulkJobsRouted :many
+INSERT INTO job_queue (
+    id, job_type, organization_id, payload, priority, max_attempts,
+    timeout_seconds, next_run_at, stage, execution_resource_key
+)
+SELECT i.id, i.job_types, @organization_id::uuid, i.payloads,
+       (@priorities::int[])[i.ord], (@max_attempts::int[])[i.ord], (@timeout_seconds::int[])[i.ord],
+       now(), 'queued', NULLIF(i.execution_resource_keys, '')
+FROM ROWS FROM (unnest(@replay_job_ids::uuid[]), unnest(@job_types::text[]), unnest(@payloads::jsonb[]), unnest(@execution_resource_keys::text[])) WITH ORDINALITY AS i(id, job_types, payloads, execution_resource_keys, ord)
+ORDER BY i.id
+RETURNING id, status, run_number, stage;
+
+-- JobEventReplayEnqueuedMany writes the ENQUEUED event of each replay job
+-- JobReplayBulkJobsRouted inserted (@replay_job_ids with, at the same
+-- position, the job type, the source and its run), with the provenance
+-- JobReplayBulkInsert records (@operator only when it is set), run 1,
+-- stage queued, in id order. It reads no table: one step on Citus.
+-- name: JobEventReplayEnqueuedMany :execrows
+INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
+SELECT @organization_id, e.id, 1, 'ENQUEUED', 'queued',
+       jsonb_strip_nulls(jsonb_build_object(
+           'job_type', e.job_types,
+           'replayed_from_job_id', (@source_job_ids::uuid[])[e.ord],
+           'replayed_from_run_number', (@source_run_numbers::int[])[e.ord],
+           'replay_request_key', @replay_request_key::text,
+           'reason', @reason::text,
+           'operator', sqlc.narg(operator)::text))
+FROM ROWS FROM (unnest(@replay_job_ids::uuid[]), unnest(@job_types::text[])) WITH ORDINALITY AS e(id, job_types, ord)
+ORDER BY e.id;
+
+-- JobReplayBulkLineageRouted writes the lineage rows of a chunk's replays
+-- on Citus (@replay_job_ids with, at the same position, the source and
+-- its run), as JobReplayBulkInsert does, in id order; the lineage key
+-- refuses a second replay of a request. It reads no table: one step on
+-- Citus.
+-- name: JobReplayBulkLineageRouted :execrows
+INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+SELECT @organization_id, (@source_job_ids::uuid[])[r.ord], (@source_run_numbers::int[])[r.ord],
+       @replay_request_key::text, r.id, @reason::text
+FROM unnest(@replay_job_ids::uuid[]) WITH ORDINALITY AS r(id, ord)
+ORDER BY r.id;
 
 -- JobGetForBulkReplayClassification reads, without any lock, the sources
 -- of a chunk that had no lineage and were not locked (@ids), in the

@@ -74,7 +74,10 @@ func TestStalledServerKeepsTheDeadline(t *testing.T) {
 		unconfirmed bool // the outcome is unknown: a write may have committed
 		run         call
 	}{
-		{"replay", true, func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
+		// On Citus a replay's COMMIT goes in a second round trip (with its
+		// writes, once the source is locked): the stall meets the first
+		// round trip's reply, before anything is sent that could commit.
+		{"replay", !testdb.Citus(), func(ctx context.Context, pool *pgxpool.Pool, s seeded) error {
 			_, err := replay.SucceededJob(ctx, pool, req(s.source, "stall", "stalled network"))
 			return err
 		}},

@@ -38,21 +38,22 @@ type attempt struct {
 // sendAttempt sends one attempt of the protocol in one round trip: [BEGIN
 // READ COMMITTED,] the lineage lookup (with the isolation probe), the
 // source lock, the second lookup, the classification read, the insert[,
-// COMMIT]. Every statement runs; each one's guard is in the data, so that
+// COMMIT]; on Citus the insert's part differs (sendRoutedInsert). Every statement runs; each one's guard is in the data, so that
 // it is right on whatever connection runs it (on Citus, the tenant's
 // worker): the source lock takes only an eligible source without lineage
 // for the request, and the insert writes only for such a source, which it
 // locks itself. Each statement runs with its own READ COMMITTED snapshot,
 // taken after the one before it finished, lock waits included.
 func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*attempt, error) {
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return nil, err
+	}
 	replayID, err := uuid.NewV7()
 	if err != nil {
 		return nil, errs.JobIDFailed.New("generate replay job id: " + err.Error())
 	}
 	a := &attempt{replayID: replayID}
-	// The replay's job type is the source's, unknown until the lock: one
-	// limiter key for every replay, and a wake-up for every worker.
-	notify := wake.Due(replayWakeKey)
 	org := rows.Tenant(req.Scope)
 	c := call(req, n)
 
@@ -92,6 +93,9 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 	})
 	b.PointIf(fpAfterClassification, c, func() bool { return lockMissed() && !a.again.Row() })
 	b.PointIf(fpAfterSourceLock, c, func() bool { return a.lock.Row() && !a.again.Row() })
+	if dist {
+		return a, sendRoutedInsert(ctx, s, req, a, b, c)
+	}
 	a.insert = txn.Queue(b, "record successful job replay", func(q db.DBTX) (db.JobReplayInsertRow, error) {
 		return queries.JobReplayInsert(ctx, q, db.JobReplayInsertParams{
 			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber,
@@ -99,7 +103,9 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 			Operator: validate.OperatorArg(req.Operator),
 		})
 	})
-	if notify {
+	// The replay's job type is the source's, unknown until the lock: one
+	// limiter key for every replay, and a wake-up for every worker.
+	if wake.Due(replayWakeKey) {
 		wake.Queue(ctx, b, "")
 	}
 	b.PointIf(fpAfterInsert, c, func() bool { return a.insert.Row() })
@@ -108,16 +114,103 @@ func sendAttempt(ctx context.Context, s *txn.Session, req Request, n int) (*atte
 		if a.insert.Reached() && isUniqueViolation(a.insert.Err) {
 			return nil, errLineageRace
 		}
-		if !s.Owned() && isReadOnlyRefusal(err) {
-			// The lookup's locking read is the first statement a read-only
-			// transaction refuses; its refusal aborted the caller's
-			// transaction, and nothing was read or written.
-			return nil, errs.ReplayUnsupportedIsolation.Newf(
-				"%s requires a read-write READ COMMITTED transaction; got a read-only one, which the refused statement aborted: roll it back", txOperation)
-		}
-		return nil, err
+		return nil, firstBatchError(s, err)
 	}
 	return a, nil
+}
+
+// firstBatchError is the error of an attempt's batch that carries the
+// lookup: in a caller's read-only transaction, the refusal of the
+// lookup's locking read, the first statement such a transaction refuses;
+// its refusal aborted the caller's transaction, and nothing was read or
+// written.
+func firstBatchError(s *txn.Session, err error) error {
+	if !s.Owned() && isReadOnlyRefusal(err) {
+		return errs.ReplayUnsupportedIsolation.Newf(
+			"%s requires a read-write READ COMMITTED transaction; got a read-only one, which the refused statement aborted: roll it back", txOperation)
+	}
+	return err
+}
+
+// sendRoutedInsert ends an attempt on Citus, where JobReplayInsert runs in
+// steps through the coordinator: b, the attempt's first round trip (from
+// BEGIN to the classification read), gets JobReplaySourceRouted in the
+// insert's place (the source locked and its definition share-locked under
+// the insert's guards, with what the replay copies), and is sent. Then a
+// second round trip: when the source was taken, the replay job
+// (JobReplayJobRouted), its event (JobEventReplayEnqueued) and the lineage
+// (JobReplayLineageRouted), each a plain INSERT ... VALUES that Citus runs
+// in one step on the tenant's shard, and the workers' wake-up; then
+// COMMIT. A caller's transaction whose source was not taken gets no
+// second round trip. It fills a.insert with the row JobReplayInsert would
+// have returned.
+func sendRoutedInsert(ctx context.Context, s *txn.Session, req Request, a *attempt, b *txn.Batch, c failpointCall) error {
+	org := rows.Tenant(req.Scope)
+	source := txn.Queue(b, "lock successful job replay source and definition", func(q db.DBTX) (db.JobReplaySourceRoutedRow, error) {
+		return queries.JobReplaySourceRouted(ctx, q, db.JobReplaySourceRoutedParams{
+			OrganizationID: org, SourceJobID: req.SourceJobID, SourceRunNumber: req.ExpectedRunNumber, ReplayRequestKey: req.Key,
+		})
+	})
+	if err := b.Send(ctx); err != nil {
+		return firstBatchError(s, err)
+	}
+	a.insert = &txn.Step[db.JobReplayInsertRow]{Err: pgx.ErrNoRows}
+	if !source.Row() && !s.Owned() {
+		return nil
+	}
+	b = s.Batch(ctx)
+	var job *txn.Step[db.JobReplayJobRoutedRow]
+	var event, lineage *txn.Step[int64]
+	if source.Row() {
+		src := source.Val
+		job = txn.Queue(b, "record successful job replay", func(q db.DBTX) (db.JobReplayJobRoutedRow, error) {
+			return queries.JobReplayJobRouted(ctx, q, db.JobReplayJobRoutedParams{
+				ReplayJobID: a.replayID, JobType: src.JobType, OrganizationID: org, Payload: src.Payload,
+				Priority: src.Priority, MaxAttempts: src.MaxAttempts, TimeoutSeconds: src.TimeoutSeconds,
+				ExecutionResourceKey: src.ExecutionResourceKey,
+			})
+		})
+		// A new job's run and stage, as JobReplayJobRouted writes them;
+		// inserted checks the row it returned.
+		event = txn.Queue(b, "record successful job replay event", func(q db.DBTX) (int64, error) {
+			return queries.JobEventReplayEnqueued(ctx, q, db.JobEventReplayEnqueuedParams{
+				OrganizationID: org, JobID: a.replayID, RunNumber: 1, Stage: string(runledger.JobStageQueued),
+				JobType: src.JobType, SourceJobID: src.ID, SourceRunNumber: src.RunNumber,
+				ReplayRequestKey: req.Key, Reason: req.Reason, Operator: validate.OperatorArg(req.Operator),
+			})
+		})
+		lineage = txn.Queue(b, "record successful job replay lineage", func(q db.DBTX) (int64, error) {
+			return queries.JobReplayLineageRouted(ctx, q, db.JobReplayLineageRoutedParams{
+				OrganizationID: org, SourceJobID: src.ID, SourceRunNumber: src.RunNumber,
+				ReplayRequestKey: req.Key, ReplayJobID: a.replayID, Reason: req.Reason,
+			})
+		})
+		// The replay's job type is the source's: one limiter key for
+		// every replay, and a wake-up for every worker.
+		if wake.Due(replayWakeKey) {
+			wake.Queue(ctx, b, "")
+		}
+		b.Point(fpAfterInsert, c)
+	}
+	b.Commit(ctx)
+	if err := b.Send(ctx); err != nil {
+		if lineage != nil && lineage.Reached() && isUniqueViolation(lineage.Err) {
+			return errLineageRace
+		}
+		return err
+	}
+	if source.Row() {
+		if job.Val.Stage != string(runledger.JobStageQueued) {
+			return errs.Invariantf("new replay job is at stage %s, want queued", job.Val.Stage)
+		}
+		a.insert.Err = nil
+		a.insert.Val = db.JobReplayInsertRow{
+			ID: job.Val.ID, Status: job.Val.Status, RunNumber: job.Val.RunNumber,
+			SourceJobID: source.Val.ID, SourceRunNumber: source.Val.RunNumber,
+			EventCount: event.Val, LineageCount: lineage.Val,
+		}
+	}
+	return nil
 }
 
 // isReadOnlyRefusal reports PostgreSQL's refusal of a write or a locking

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,9 +87,14 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		}
 	}
 
+	dist, err := s.Distributed(ctx)
+	if err != nil {
+		return none, err
+	}
 	bt = s.Batch(ctx)
 	var (
 		insert   *txn.Step[[]db.JobReplayBulkInsertRow]
+		routed   *routedCheck
 		classify *txn.Step[[]db.JobGetForBulkReplayClassificationRow]
 		newIDs   []uuid.UUID
 	)
@@ -107,15 +113,22 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 				return none, errs.JobIDFailed.New("generate replay job id: " + err.Error())
 			}
 		}
-		insert = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkInsertRow, error) {
-			return queries.JobReplayBulkInsert(ctx, q, db.JobReplayBulkInsertParams{
-				OrganizationID: org, SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
-				JobTypes: lockedTypes, ReplayRequestKey: b.req.Key, Reason: b.req.Reason,
-				Operator: validate.OperatorArg(b.req.Operator),
+		if dist {
+			routed, err = b.queueRoutedCheck(ctx, bt, org, lockedIDs, lockedRuns, lockedTypes)
+			if err != nil {
+				return none, err
+			}
+		} else {
+			insert = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkInsertRow, error) {
+				return queries.JobReplayBulkInsert(ctx, q, db.JobReplayBulkInsertParams{
+					OrganizationID: org, SourceJobIds: lockedIDs, SourceRunNumbers: lockedRuns, ReplayJobIds: newIDs,
+					JobTypes: lockedTypes, ReplayRequestKey: b.req.Key, Reason: b.req.Reason,
+					Operator: validate.OperatorArg(b.req.Operator),
+				})
 			})
-		})
-		if !b.req.DryRun {
-			wake.Queue(ctx, bt, distinct(lockedTypes)...)
+			if !b.req.DryRun {
+				wake.Queue(ctx, bt, distinct(lockedTypes)...)
+			}
 		}
 	}
 	if len(classifyAt) > 0 {
@@ -129,12 +142,38 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 			})
 		})
 	}
-	if !c.DryRun {
-		bt.Commit(ctx)
-	}
-	if insert != nil || classify != nil || !c.DryRun {
-		if err := bt.Send(ctx); err != nil {
-			return none, err
+	if dist {
+		// On Citus the writes are a round trip of their own, after the
+		// second lookup.
+		if routed != nil || classify != nil {
+			if err := bt.Send(ctx); err != nil {
+				return none, err
+			}
+		}
+		bt = s.Batch(ctx)
+		var write *routedWrite
+		if routed != nil {
+			write = b.queueRoutedWrites(ctx, bt, org, routed, newIDs)
+		}
+		if !c.DryRun {
+			bt.Commit(ctx)
+		}
+		if (write != nil && write.queued) || !c.DryRun {
+			if err := bt.Send(ctx); err != nil {
+				return none, err
+			}
+		}
+		if write != nil {
+			insert = &txn.Step[[]db.JobReplayBulkInsertRow]{Val: write.rows()}
+		}
+	} else {
+		if !c.DryRun {
+			bt.Commit(ctx)
+		}
+		if insert != nil || classify != nil || !c.DryRun {
+			if err := bt.Send(ctx); err != nil {
+				return none, err
+			}
 		}
 	}
 
@@ -172,6 +211,134 @@ func (b *bulkAction) chunk(ctx context.Context, c bulk.Call, sources []Source) (
 		}
 	}
 	return bulk.Done[Source, BulkResult]{Results: results, Later: later}, nil
+}
+
+// routedCheck is a chunk's second lookup on Citus, where
+// JobReplayBulkInsert runs in steps through the coordinator: the enabled
+// definitions of the locked sources' types, share-locked in type order
+// (JobEnqueueManyDefinitionsRouted), then the lineage committed since the
+// lock and what each source's replay copies (JobReplayBulkSourcesRouted),
+// queued in the chunk's second round trip; each statement one step on the
+// tenant's shard.
+type routedCheck struct {
+	defs    *txn.Step[[]db.JobEnqueueManyDefinitionsRoutedRow]
+	sources *txn.Step[[]db.JobReplayBulkSourcesRoutedRow]
+	n       int
+}
+
+func (b *bulkAction) queueRoutedCheck(ctx context.Context, bt *txn.Batch, org uuid.UUID, ids []uuid.UUID, runs []int32, types []string) (*routedCheck, error) {
+	probe, err := uuid.NewV7()
+	if err != nil {
+		return nil, errs.JobIDFailed.New("generate probe id: " + err.Error())
+	}
+	sorted := distinct(types)
+	slices.Sort(sorted)
+	r := &routedCheck{n: len(ids)}
+	r.defs = txn.Queue(bt, "read bulk job replay definitions", func(q db.DBTX) ([]db.JobEnqueueManyDefinitionsRoutedRow, error) {
+		return queries.JobEnqueueManyDefinitionsRouted(ctx, q, db.JobEnqueueManyDefinitionsRoutedParams{
+			JobTypes: sorted, OrganizationID: org, ProbeID: probe,
+		})
+	})
+	r.sources = txn.Queue(bt, "load existing bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkSourcesRoutedRow, error) {
+		return queries.JobReplayBulkSourcesRouted(ctx, q, db.JobReplayBulkSourcesRoutedParams{
+			OrganizationID: org, SourceJobIds: ids, SourceRunNumbers: runs, ReplayRequestKey: b.req.Key,
+		})
+	})
+	return r, nil
+}
+
+// routedWrite is the writes of a chunk on Citus: the replay jobs of the
+// locked sources without lineage whose definition is enabled
+// (JobReplayBulkJobsRouted), their events (JobEventReplayEnqueuedMany) and
+// their lineage (JobReplayBulkLineageRouted), each one step on the
+// tenant's shard, and the workers' wake-up, in the chunk's last round
+// trip.
+type routedWrite struct {
+	check   *routedCheck
+	write   []bool // by locked source: a replay is written
+	queued  bool
+	jobs    *txn.Step[[]db.JobReplayBulkJobsRoutedRow]
+	events  *txn.Step[int64]
+	lineage *txn.Step[int64]
+}
+
+func (b *bulkAction) queueRoutedWrites(ctx context.Context, bt *txn.Batch, org uuid.UUID, r *routedCheck, newIDs []uuid.UUID) *routedWrite {
+	w := &routedWrite{check: r, write: make([]bool, r.n)}
+	enabled := map[string]bool{}
+	for _, d := range r.defs.Val {
+		enabled[d.JobType] = true
+	}
+	var jobs db.JobReplayBulkJobsRoutedParams
+	var events db.JobEventReplayEnqueuedManyParams
+	var lineage db.JobReplayBulkLineageRoutedParams
+	for k, src := range r.sources.Val {
+		if k >= len(newIDs) || src.ExistingReplayJobID != nil || !enabled[src.JobType] {
+			continue
+		}
+		w.write[k] = true
+		key := ""
+		if src.ExecutionResourceKey != nil {
+			key = *src.ExecutionResourceKey
+		}
+		jobs.ReplayJobIds = append(jobs.ReplayJobIds, newIDs[k])
+		jobs.JobTypes = append(jobs.JobTypes, src.JobType)
+		jobs.Payloads = append(jobs.Payloads, src.Payload)
+		jobs.Priorities = append(jobs.Priorities, src.Priority)
+		jobs.MaxAttempts = append(jobs.MaxAttempts, src.MaxAttempts)
+		jobs.TimeoutSeconds = append(jobs.TimeoutSeconds, src.TimeoutSeconds)
+		jobs.ExecutionResourceKeys = append(jobs.ExecutionResourceKeys, key)
+		events.ReplayJobIds = append(events.ReplayJobIds, newIDs[k])
+		events.JobTypes = append(events.JobTypes, src.JobType)
+		events.SourceJobIds = append(events.SourceJobIds, src.SourceJobID)
+		events.SourceRunNumbers = append(events.SourceRunNumbers, src.SourceRunNumber)
+		lineage.ReplayJobIds = append(lineage.ReplayJobIds, newIDs[k])
+		lineage.SourceJobIds = append(lineage.SourceJobIds, src.SourceJobID)
+		lineage.SourceRunNumbers = append(lineage.SourceRunNumbers, src.SourceRunNumber)
+	}
+	if len(jobs.ReplayJobIds) == 0 {
+		return w
+	}
+	w.queued = true
+	jobs.OrganizationID = org
+	events.OrganizationID, events.ReplayRequestKey, events.Reason = org, b.req.Key, b.req.Reason
+	events.Operator = validate.OperatorArg(b.req.Operator)
+	lineage.OrganizationID, lineage.ReplayRequestKey, lineage.Reason = org, b.req.Key, b.req.Reason
+	w.jobs = txn.Queue(bt, "record bulk job replays", func(q db.DBTX) ([]db.JobReplayBulkJobsRoutedRow, error) {
+		return queries.JobReplayBulkJobsRouted(ctx, q, jobs)
+	})
+	w.events = txn.Queue(bt, "record bulk job replay events", func(q db.DBTX) (int64, error) {
+		return queries.JobEventReplayEnqueuedMany(ctx, q, events)
+	})
+	w.lineage = txn.Queue(bt, "record bulk job replay lineage", func(q db.DBTX) (int64, error) {
+		return queries.JobReplayBulkLineageRouted(ctx, q, lineage)
+	})
+	if !b.req.DryRun {
+		wake.Queue(ctx, bt, distinct(jobs.JobTypes)...)
+	}
+	return w
+}
+
+// rows are the rows JobReplayBulkInsert would have returned, for inserted
+// to check: one per locked source, in order.
+func (w *routedWrite) rows() []db.JobReplayBulkInsertRow {
+	var inserted, pending, events, lineage int64
+	if w.queued {
+		inserted, events, lineage = int64(len(w.jobs.Val)), w.events.Val, w.lineage.Val
+		for _, j := range w.jobs.Val {
+			if j.Status == db.JobStatusPENDING && j.RunNumber == 1 && j.Stage == string(runledger.JobStageQueued) {
+				pending++
+			}
+		}
+	}
+	out := make([]db.JobReplayBulkInsertRow, len(w.check.sources.Val))
+	for k, src := range w.check.sources.Val {
+		out[k] = db.JobReplayBulkInsertRow{
+			SourceJobID: src.SourceJobID, SourceRunNumber: src.SourceRunNumber,
+			ExistingReplayJobID: src.ExistingReplayJobID, ExistingReason: src.ExistingReason,
+			Inserted: w.write[k], InsertedCount: inserted, PendingCount: pending, EventCount: events, LineageCount: lineage,
+		}
+	}
+	return out
 }
 
 // keyset is the filter's page function (bulk.Keyset): the succeeded jobs

@@ -54,6 +54,7 @@ func connectWith(t *testing.T, url string, params map[string]string) *pgx.Conn {
 // definition, the caller for the source. PostgreSQL aborts the chunk
 // (40P01); it runs again, finds the caller's replay once the caller
 // commits, and the action ends with every source replayed exactly once.
+// (On Citus the tenant's worker node may abort the caller instead.)
 func TestBulkChunkDeadlockedByACallerRunsAgain(t *testing.T) {
 	ctx := context.WithValue(testdb.Context(t), deadlockMarker{}, true)
 	url := testdb.NewURL(t)
@@ -127,6 +128,20 @@ func TestBulkChunkDeadlockedByACallerRunsAgain(t *testing.T) {
 		})
 	if err != nil {
 		t.Fatalf("Bulk: %s", testdb.Detail(err))
+	}
+	if testdb.Citus() && begins < 2 {
+		// On Citus the chunk share-locks the definition on the tenant's
+		// worker node, where the cycle closes; that node's detector sees
+		// neither session's deadlock_timeout and aborted the caller, which
+		// waited first. The chunk went on and replayed every source.
+		theirs = <-callerDone
+		e := testdb.WantCode(t, theirs.err, runledger.CodeTransient)
+		t.Logf("the caller was aborted (%s)", e.SQLState)
+		if sum != (replay.BulkSummary{Selected: 5, Inserted: 5}) {
+			t.Fatalf("summary %+v, want the 5 sources inserted once the caller was aborted", sum)
+		}
+		assertReplayedOnce(t, admin, key, ids)
+		return
 	}
 	if theirs.err != nil || begins < 2 {
 		t.Fatalf("the caller's replay (chunk begun %d times): %s", begins, testdb.Detail(theirs.err))

@@ -349,8 +349,17 @@ func TestBulkKilledConnectionKeepsWholeChunksAndRerunConverges(t *testing.T) {
 				disable = failpoint.EnableFor(txn.FailpointBeforeCommit, func(ctx context.Context, arg any) {
 					if mine(ctx) && arg.(txn.FailpointCall).Op == replay.BulkOperation {
 						if commits == 2 {
-							// The chunk's replays are written, not committed.
-							if n := testdb.Scalar[int64](t, admin, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1 AND l.locktype = 'transactionid'`, bulkBackend); n == 0 {
+							// The chunk's replays are written, not committed. On
+							// Citus they are written by the worker nodes'
+							// backends of the bulk's distributed transaction,
+							// which share its global pid.
+							held := `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1 AND l.locktype = 'transactionid'`
+							if testdb.Citus() {
+								held = `SELECT count(*) FROM citus_stat_activity a
+									WHERE a.global_pid IN (SELECT global_pid FROM citus_stat_activity WHERE application_name = $1)
+									  AND a.backend_xid IS NOT NULL`
+							}
+							if n := testdb.Scalar[int64](t, admin, held, bulkBackend); n == 0 {
 								t.Errorf("the bulk holds no transaction id before COMMIT: nothing was written")
 							}
 							killBulkBackend(t, admin)

@@ -75,6 +75,12 @@ func TestCallerTransactionPathValidatesBeforeTouchingTheTransaction(t *testing.T
 	t.Parallel()
 	ctx := testdb.Context(t)
 	pool := testdb.New(t)
+	// Whether the database runs Citus is asked once per process and
+	// database: asked here, before the connection breaks, so that the
+	// statement the broken connection fails is the replay's own.
+	if _, err := replay.SucceededJob(ctx, pool, replay.Request{SourceJobID: uuid.New(), ExpectedRunNumber: 1, Key: "k", Reason: "r"}); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -11,13 +11,14 @@ import (
 )
 
 // benchedStatements are the statements BenchmarkStatements times: the
-// replay's and the enqueue's, the claim of one tenant, and the completion,
+// replay's (with the Citus form's source lock) and the
+// enqueue's, the claim of one tenant, and the completion,
 // the cancel and the release as one server runs them and as Citus does
 // (without their events).
 var benchedStatements = map[string]bool{
 	"JobLockByIdempotencyKeyGlobal": true, "JobLockForReplay": true, "JobReplayGetForRequest": true,
 	"JobReplayGetForRequestAfterSourceLock": true, "JobReplayInsert": true, "JobEnqueue": true,
-	"JobClaimTenant": true, "JobReplayBulkInsert": true,
+	"JobClaimTenant": true, "JobReplayBulkInsert": true, "JobReplaySourceRouted": true,
 	"JobCompleteMany": true, "JobCompleteManyRouted": true,
 	"JobCancel": true, "JobCancelRouted": true, "JobReleaseMany": true, "JobReleaseManyRouted": true,
 }
