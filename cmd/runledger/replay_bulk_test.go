@@ -356,7 +356,7 @@ func testReplayBulkFilter(t *testing.T, c *cli) {
 	if !strings.Contains(txt.stdout, "No source selected") {
 		t.Errorf("no match, text:\n%s", txt.stdout)
 	}
-	if n := testdb.Scalar[int64](t, b.pool, `SELECT count(*) FROM job_replays r JOIN job_queue j ON j.id = r.replay_job_id WHERE j.organization_id IS DISTINCT FROM $1 AND r.replay_request_key <> 'global'`, org); n != 0 {
+	if n := testdb.Scalar[int64](t, b.pool, `SELECT count(*) FROM job_replays r JOIN job_queue j ON j.organization_id = r.organization_id AND j.id = r.replay_job_id WHERE j.organization_id IS DISTINCT FROM $1 AND r.replay_request_key <> 'global'`, org); n != 0 {
 		t.Errorf("%d replays outside the scope", n)
 	}
 }

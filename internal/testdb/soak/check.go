@@ -84,11 +84,11 @@ var invariants = []struct{ name, sql string }{
 		SELECT count(*) FROM job_queue q
 		WHERE q.job_type = 'soak.work' AND q.status = 'SUCCEEDED'
 		  AND (SELECT count(*) FILTER (WHERE e.attempt = q.attempt AND e.run_number = q.run_number) || '/' || count(*)
-		       FROM job_events e WHERE e.job_id = q.id AND e.event_type = 'SUCCEEDED') <> '1/1'`},
+		       FROM job_events e WHERE e.organization_id = q.organization_id AND e.job_id = q.id AND e.event_type = 'SUCCEEDED') <> '1/1'`},
 	{"worker jobs not SUCCEEDED that have a SUCCEEDED event", `
 		SELECT count(*) FROM job_queue q
 		WHERE q.job_type = 'soak.work' AND q.status <> 'SUCCEEDED'
-		  AND EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = q.id AND e.event_type = 'SUCCEEDED')`},
+		  AND EXISTS (SELECT 1 FROM job_events e WHERE e.organization_id = q.organization_id AND e.job_id = q.id AND e.event_type = 'SUCCEEDED')`},
 	{"worker attempts whose handler ran twice (more than one side effect for a job and attempt)", `
 		SELECT count(*) FROM (SELECT 1 FROM soak_effects GROUP BY job_id, attempt HAVING count(*) > 1) d`},
 	{"SUCCEEDED worker jobs without exactly one side effect at their final attempt", `

@@ -183,17 +183,17 @@ func checkDuplicates(ctx context.Context, conn *pgx.Conn, w *watch) duplicates {
 	if d.err == nil {
 		d.err = scan(`SELECT '', least(
 		        (SELECT min(s.at) FROM soak_effects s WHERE s.job_id = q.id AND s.attempt = n.n),
-		        (SELECT min(e.occurred_at) FROM job_events e WHERE e.job_id = q.id AND e.run_number = q.run_number AND e.attempt = n.n))
+		        (SELECT min(e.occurred_at) FROM job_events e WHERE e.organization_id = q.organization_id AND e.job_id = q.id AND e.run_number = q.run_number AND e.attempt = n.n))
 		    FROM job_queue q CROSS JOIN LATERAL generate_series(2, q.attempt) AS n(n)
 		    WHERE q.job_type = 'soak.work'
-		      AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = q.id AND e.run_number = q.run_number
+		      AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.organization_id = q.organization_id AND e.job_id = q.id AND e.run_number = q.run_number
 		                      AND e.attempt = n.n - 1 AND e.event_type = 'RETRY_SCHEDULED')`,
 			func(_ string, at *time.Time) { add(&d.unended, at) })
 	}
 	if d.err == nil {
 		d.err = scan(`SELECT coalesce(e.payload->>'failure_kind', '?')
 		        || CASE WHEN e.event_type = 'DEAD_LETTERED' THEN ' (dead-lettered)' ELSE '' END, e.occurred_at
-		    FROM job_events e JOIN job_queue q ON q.id = e.job_id
+		    FROM job_events e JOIN job_queue q ON q.organization_id = e.organization_id AND q.id = e.job_id
 		    WHERE q.job_type = 'soak.work'
 		      AND (e.event_type = 'RETRY_SCHEDULED'
 		           OR (e.event_type = 'DEAD_LETTERED' AND e.payload->>'failure_kind' = 'LEASE_EXPIRED'))
