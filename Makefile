@@ -151,6 +151,7 @@ bench-smoke: ## Every documented benchmark command, once with tiny counts (CI ru
 	cd $(BENCH) && $(GO) run ./river -requeue -requeue-ops 40 -requeue-blocks 2 -bulk-jobs 500
 	cd $(BENCH) && $(GO) run ./river -workers -worker-jobs 300 -worker-default-jobs 100 -worker-latency-samples 5 \
 	  -worker-heartbeat-jobs 20 -worker-memory-jobs 0 -added-rtt 0
+	RUNLEDGER_HOTPATH=1 RUNLEDGER_HOTPATH_JOBS=2000 $(GO) test -count=1 -run 'TestHotPathCost|TestMigrationCost' ./internal/hotpath/
 
 .PHONY: bench-worker
 bench-worker: ## The worker runtime beside River's workers in one run (throughput with server CPU, WAL and index entries per job, pickup latency, +1 ms per round trip, heartbeats, memory)

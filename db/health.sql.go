@@ -55,7 +55,7 @@ events AS (
 ),
 lineage AS (
     DELETE FROM job_replays jr
-    WHERE jr.organization_id = $3 AND jr.replay_job_id IN (SELECT id FROM gone)
+    WHERE jr.organization_id = $3 AND jr.replay_job_id = ANY(ARRAY(SELECT id FROM gone))
 ),
 deleted AS (
     DELETE FROM job_queue jq
@@ -90,6 +90,10 @@ type JobPruneDeleteRow struct {
 // left, whatever order the jobs were deleted in (a replay deleted before
 // its source would otherwise still be referenced when its check ran). It
 // returns the jobs and the events deleted.
+// The lineage rows by key, from an array built before the delete (an
+// InitPlan): joined with gone, the planner hashed a scan of every
+// lineage row of the table once it held a few thousand
+// (TestHotPlansStayBounded, whose history holds lineage).
 func (q *Queries) JobPruneDelete(ctx context.Context, db DBTX, arg JobPruneDeleteParams) (JobPruneDeleteRow, error) {
 	row := db.QueryRow(ctx, jobPruneDelete, arg.Families, arg.JobIds, arg.OrganizationID)
 	var i JobPruneDeleteRow

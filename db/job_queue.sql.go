@@ -194,31 +194,81 @@ func (q *Queries) JobCancelRouted(ctx context.Context, db DBTX, arg JobCancelRou
 }
 
 const jobClaim = `-- name: JobClaim :many
-WITH RECURSIVE priorities (priority) AS (
-    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING'
+WITH RECURSIVE claim_types (job_type) AS MATERIALIZED (
+    -- An array, unnested: the planner takes it for a few rows, where it
+    -- takes job_definitions, too small for autovacuum to ever analyze,
+    -- for hundreds (and a plan costed so high is compiled, JIT, at every
+    -- claim).
+    SELECT unnest(ARRAY(
+        SELECT d.job_type
+        FROM job_definitions d
+        WHERE NOT d.is_paused
+          AND (cardinality($1::text[]) = 0 OR d.job_type = ANY($1::text[]))))
+),
+priorities (priority) AS (
+    SELECT max(top.priority)
+    FROM claim_types t
+    CROSS JOIN LATERAL (
+        SELECT jq.priority FROM job_queue jq
+        WHERE jq.status = 'PENDING' AND jq.job_type = t.job_type
+        ORDER BY jq.priority DESC
+        LIMIT 1
+    ) top
     UNION ALL
-    SELECT (SELECT max(jq.priority) FROM job_queue jq
-            WHERE jq.status = 'PENDING' AND jq.priority < priorities.priority)
+    SELECT (SELECT max(lower_priority.priority)
+            FROM claim_types t
+            CROSS JOIN LATERAL (
+                SELECT jq.priority FROM job_queue jq
+                WHERE jq.status = 'PENDING' AND jq.job_type = t.job_type AND jq.priority < priorities.priority
+                ORDER BY jq.priority DESC
+                LIMIT 1
+            ) lower_priority)
     FROM priorities
     WHERE priorities.priority IS NOT NULL
 ),
 candidates AS MATERIALIZED (
     SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
     FROM priorities
+    -- How many of this priority's due jobs each type gets: its share of
+    -- the first @max_jobs in claim order, read without a lock.
+    CROSS JOIN LATERAL (
+        SELECT first_due.job_type, count(*) AS jobs
+        FROM (
+            SELECT peek.job_type
+            FROM claim_types t
+            CROSS JOIN LATERAL (
+                SELECT jq.job_type, jq.next_run_at, jq.created_at
+                FROM job_queue jq
+                WHERE jq.status = 'PENDING'
+                  AND jq.job_type = t.job_type
+                  AND jq.priority = priorities.priority
+                  AND jq.next_run_at <= now()
+                  AND (
+                      jq.execution_resource_key IS NULL
+                      OR NOT EXISTS (
+                          SELECT 1
+                          FROM job_execution_resource_claims c
+                          WHERE c.organization_id = jq.organization_id
+                            AND c.resource_key = jq.execution_resource_key
+                            AND (c.release_after IS NULL OR c.release_after > now())
+                      )
+                  )
+                ORDER BY jq.next_run_at, jq.created_at
+                LIMIT $2
+            ) peek
+            ORDER BY peek.next_run_at, peek.created_at
+            LIMIT $2
+        ) first_due
+        GROUP BY first_due.job_type
+    ) share
+    -- That many of the type's due jobs, locked.
     CROSS JOIN LATERAL (
         SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
         FROM job_queue jq
         WHERE jq.status = 'PENDING'
+          AND jq.job_type = share.job_type
           AND jq.priority = priorities.priority
           AND jq.next_run_at <= now()
-          AND (cardinality($1::text[]) = 0 OR jq.job_type = ANY($1::text[]))
-          -- A paused type's jobs are passed over. The type is compared as
-          -- an expression (job_type || ''), which has no statistics: for
-          -- the column itself the planner estimates the inequality from
-          -- its distinct values, and for a backlog of one type it expected
-          -- no row to pass, so it read and sorted the whole backlog instead
-          -- of walking the claim index (TestHotPlansStayBounded).
-          AND (jq.job_type || '') <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
           AND (
               jq.execution_resource_key IS NULL
               OR NOT EXISTS (
@@ -230,7 +280,7 @@ candidates AS MATERIALIZED (
               )
           )
         ORDER BY jq.next_run_at, jq.created_at
-        LIMIT $2
+        LIMIT share.jobs
         FOR UPDATE OF jq SKIP LOCKED
     ) due
     LIMIT $2
@@ -276,7 +326,11 @@ leased AS (
               SELECT id FROM candidates WHERE execution_resource_key IS NULL
               UNION ALL
               SELECT job_id FROM acquired))
-      AND job_queue.status = 'PENDING'
+    -- No status here: every id is a candidate this statement locked while
+    -- PENDING, so none has changed since. A condition on status would let
+    -- the planner find these rows through the claim index, reading every
+    -- PENDING job of the queue, when its statistics do not know the queue
+    -- (TestHotPlansStayBounded, and the worker bench after a bulk insert).
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 ),
 event AS (
@@ -332,16 +386,23 @@ type JobClaimRow struct {
 // JobClaim leases up to @max_jobs due PENDING jobs of the given types (all
 // types when the array is empty), of every tenant, to a worker, in one
 // statement, in claim order: priority high to low, then due time, then
-// age. It walks the distinct priorities of PENDING jobs from the highest
-// (one index descent each) and, within each, reads only the due jobs
-// (priority = p AND next_run_at <= now() is a range of idx_job_queue_claim),
-// so jobs scheduled for later are never read, however many there are.
-// Jobs of a paused type (job_definitions.is_paused) are never candidates:
-// they stay PENDING (passed over in the walk, so a large paused backlog
-// at a priority is read through) until the type is resumed.
-// Candidates are locked FOR UPDATE SKIP LOCKED: rows another transaction
-// holds (a concurrent claimer, a replay holding an existing replay) are
-// passed by. A candidate with an execution resource key is a candidate only
+// age. The claim index is led by the type (idx_job_queue_claim: job type,
+// priority, due time, age), so a claim reads only its own types' jobs,
+// however many jobs of other types come first in the claim order. The
+// statement walks the distinct priorities of the claimed types' PENDING
+// jobs from the highest (one index descent per type each) and, within
+// each, takes the due jobs (a range of the index per type, so jobs
+// scheduled for later are never read) in two steps: it first reads, with
+// no lock, up to @max_jobs due jobs of each type and keeps the first
+// @max_jobs of them in claim order, which tells how many each type gets;
+// it then locks that many of each type FOR UPDATE SKIP LOCKED, so that a
+// row another transaction holds (a concurrent claimer, a replay holding an
+// existing replay) is passed by and the type's next job taken instead,
+// and never more rows are locked than the batch takes.
+// The claimed types are the defined ones, less the paused
+// (job_definitions.is_paused), whose jobs stay PENDING until the type is
+// resumed; a type given but not defined has no jobs.
+// A candidate with an execution resource key is a candidate only
 // while no live claim of its tenant holds its key, and is leased only if it
 // takes the key's claim (one per key and tenant, the first in claim order;
 // ON CONFLICT waits for an uncommitted competitor for the key, and takes
@@ -408,27 +469,68 @@ func (q *Queries) JobClaim(ctx context.Context, db DBTX, arg JobClaimParams) ([]
 }
 
 const jobClaimTenant = `-- name: JobClaimTenant :many
-WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key
-    FROM job_queue jq
-    WHERE jq.status = 'PENDING'
-      AND jq.organization_id = $1
-      AND jq.next_run_at <= now()
-      AND (cardinality($2::text[]) = 0 OR jq.job_type = ANY($2::text[]))
-      AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
-      AND (
-          jq.execution_resource_key IS NULL
-          OR NOT EXISTS (
-              SELECT 1
-              FROM job_execution_resource_claims c
-              WHERE c.organization_id = $1
-                AND c.resource_key = jq.execution_resource_key
-                AND (c.release_after IS NULL OR c.release_after > now())
+WITH claim_types (job_type) AS MATERIALIZED (
+    -- An array, unnested, as in JobClaim.
+    SELECT unnest(ARRAY(
+        SELECT d.job_type
+        FROM job_definitions d
+        WHERE NOT d.is_paused
+          AND (cardinality($1::text[]) = 0 OR d.job_type = ANY($1::text[]))))
+),
+share AS MATERIALIZED (
+    SELECT first_due.job_type, count(*) AS jobs
+    FROM (
+        SELECT peek.job_type
+        FROM claim_types t
+        CROSS JOIN LATERAL (
+            SELECT jq.job_type, jq.priority, jq.next_run_at, jq.created_at
+            FROM job_queue jq
+            WHERE jq.status = 'PENDING'
+              AND jq.organization_id = $2
+              AND jq.job_type = t.job_type
+              AND jq.next_run_at <= now()
+              AND (
+                  jq.execution_resource_key IS NULL
+                  OR NOT EXISTS (
+                      SELECT 1
+                      FROM job_execution_resource_claims c
+                      WHERE c.organization_id = $2
+                        AND c.resource_key = jq.execution_resource_key
+                        AND (c.release_after IS NULL OR c.release_after > now())
+                  )
+              )
+            ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
+            LIMIT $3
+        ) peek
+        ORDER BY peek.priority DESC, peek.next_run_at, peek.created_at
+        LIMIT $3
+    ) first_due
+    GROUP BY first_due.job_type
+),
+candidates AS MATERIALIZED (
+    SELECT due.organization_id, due.id, due.execution_resource_key
+    FROM share
+    CROSS JOIN LATERAL (
+        SELECT jq.organization_id, jq.id, jq.execution_resource_key
+        FROM job_queue jq
+        WHERE jq.status = 'PENDING'
+          AND jq.organization_id = $2
+          AND jq.job_type = share.job_type
+          AND jq.next_run_at <= now()
+          AND (
+              jq.execution_resource_key IS NULL
+              OR NOT EXISTS (
+                  SELECT 1
+                  FROM job_execution_resource_claims c
+                  WHERE c.organization_id = $2
+                    AND c.resource_key = jq.execution_resource_key
+                    AND (c.release_after IS NULL OR c.release_after > now())
+              )
           )
-      )
-    ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
-    LIMIT $3
-    FOR UPDATE OF jq SKIP LOCKED
+        ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
+        LIMIT share.jobs
+        FOR UPDATE OF jq SKIP LOCKED
+    ) due
 ),
 leased AS (
     UPDATE job_queue
@@ -442,22 +544,22 @@ leased AS (
         finished_at = NULL,
         stage = 'running'
     WHERE job_queue.id = ANY(ARRAY(SELECT id FROM candidates WHERE execution_resource_key IS NULL))
-      AND job_queue.organization_id = $1
-      AND job_queue.status = 'PENDING'
+      AND job_queue.organization_id = $2
+    -- No status here, as in JobClaim: the candidates are locked, PENDING.
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 )
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
 UNION ALL
 SELECT jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
 FROM candidates c
-JOIN job_queue jq ON jq.organization_id = $1 AND jq.id = c.id
+JOIN job_queue jq ON jq.organization_id = $2 AND jq.id = c.id
 WHERE c.execution_resource_key IS NOT NULL
 ORDER BY priority DESC, next_run_at, created_at
 `
 
 type JobClaimTenantParams struct {
-	OrganizationID uuid.UUID
 	JobTypes       []string
+	OrganizationID uuid.UUID
 	MaxJobs        int32
 	WorkerID       string
 	LeaseSeconds   float64
@@ -497,27 +599,32 @@ type JobClaimTenantRow struct {
 }
 
 // JobClaimTenant is JobClaim for one tenant's jobs (@organization_id),
-// paused types left out as there,
+// of the claimed types as there (the paused left out),
 // routed to the tenant's shard on Citus, where the claim runs it tenant by
 // tenant. Without JobClaim's walk over the priorities (Citus refuses a
-// recursive CTE beside the statement's writes): it reads the tenant's
-// PENDING jobs in claim order on idx_job_queue_tenant_claim (created on
-// Citus only) and passes over those not yet due, so a tenant's jobs
-// scheduled for later at a higher priority than its due ones are read.
-// Like JobClaim it locks up to @max_jobs candidates SKIP LOCKED, but it
-// writes only what Citus runs in one step on the tenant's shard (a SELECT
+// recursive CTE beside the statement's writes): it reads each claimed
+// type's PENDING jobs of the tenant in claim order on
+// idx_job_queue_tenant_claim (tenant, type, priority, due time, age;
+// created on Citus only) and passes over those not yet due, so a type's
+// jobs scheduled for later at a higher priority than its due ones are
+// read; the jobs of the types it does not claim are never read. As in
+// JobClaim, each type's share of the first @max_jobs due jobs in claim
+// order is read first without a lock, then that many of each type are
+// locked SKIP LOCKED. It writes only what Citus runs in one step on the
+// tenant's shard (a SELECT
 // and an UPDATE; an INSERT in a CTE, or an INSERT into job_events, whose
 // id Citus draws on the coordinator, would be planned as steps of their
 // own whose rows travel through the coordinator to every worker): it
 // leases the candidates without an execution resource key and returns
 // them LEASED, and returns the candidates with a key as they are (still
 // PENDING, locked until the transaction ends), in claim order. The caller
-// then leases those with JobClaimTenantKeyed and writes the LEASED events
-// with JobEventLeasedMany, in the same transaction.
+// then takes their resource claims with JobClaimTenantTakeClaims, leases
+// those that took one with JobClaimTenantKeyed, and writes the LEASED
+// events with JobEventLeasedMany, in the same transaction.
 func (q *Queries) JobClaimTenant(ctx context.Context, db DBTX, arg JobClaimTenantParams) ([]JobClaimTenantRow, error) {
 	rows, err := db.Query(ctx, jobClaimTenant,
-		arg.OrganizationID,
 		arg.JobTypes,
+		arg.OrganizationID,
 		arg.MaxJobs,
 		arg.WorkerID,
 		arg.LeaseSeconds,
@@ -572,54 +679,29 @@ func (q *Queries) JobClaimTenant(ctx context.Context, db DBTX, arg JobClaimTenan
 }
 
 const jobClaimTenantKeyed = `-- name: JobClaimTenantKeyed :many
-WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
-    FROM job_queue jq
-    WHERE jq.organization_id = $1
-      AND jq.id = ANY($2::uuid[])
-      AND jq.status = 'PENDING'
-      AND jq.execution_resource_key IS NOT NULL
-    FOR UPDATE OF jq
-),
-acquired AS (
-    INSERT INTO job_execution_resource_claims AS rc (
-        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
-    )
-    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
-           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
-           $3::text, now() + make_interval(secs => $4::float8)
-    FROM candidates
-    JOIN job_queue jq ON jq.organization_id = $1 AND jq.id = candidates.id
-    ORDER BY candidates.organization_id, candidates.execution_resource_key,
-             candidates.priority DESC, candidates.next_run_at, candidates.created_at
-    ON CONFLICT (organization_id, resource_key) DO UPDATE
-    SET job_id = EXCLUDED.job_id,
-        run_number = EXCLUDED.run_number,
-        attempt = EXCLUDED.attempt,
-        worker_id = EXCLUDED.worker_id,
-        lease_expires_at = EXCLUDED.lease_expires_at,
-        release_after = NULL,
-        acquired_at = EXCLUDED.acquired_at
-    WHERE rc.release_after IS NOT NULL
-      AND rc.release_after <= EXCLUDED.acquired_at
-    RETURNING rc.job_id
-),
-leased AS (
+WITH leased AS (
     UPDATE job_queue
     SET updated_at = now(),
         status = 'LEASED',
         attempt = attempt + 1,
-        worker_id = $3::text,
-        lease_expires_at = now() + make_interval(secs => $4::float8),
+        worker_id = $1::text,
+        lease_expires_at = now() + make_interval(secs => $2::float8),
         last_heartbeat_at = NULL,
         started_at = now(),
         finished_at = NULL,
         stage = 'running'
-    -- An array built before the update starts (an InitPlan), so that every
-    -- resource claim is in place when the lease trigger checks for it.
-    WHERE job_queue.id = ANY(ARRAY(SELECT job_id FROM acquired))
-      AND job_queue.organization_id = $1
-      AND job_queue.status = 'PENDING'
+    WHERE job_queue.organization_id = $3
+      AND job_queue.id = ANY($4::uuid[])
+      -- No status here, as in JobClaim: the candidates are locked, PENDING,
+      -- by JobClaimTenant in this transaction.
+      AND EXISTS (SELECT 1 FROM job_execution_resource_claims c
+                  WHERE c.organization_id = $3
+                    AND c.resource_key = job_queue.execution_resource_key
+                    AND c.job_id = job_queue.id
+                    AND c.run_number = job_queue.run_number
+                    AND c.attempt = job_queue.attempt + 1
+                    AND c.worker_id = $1::text
+                    AND c.release_after IS NULL)
     RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
 )
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM leased
@@ -627,10 +709,10 @@ ORDER BY priority DESC, next_run_at, created_at
 `
 
 type JobClaimTenantKeyedParams struct {
-	OrganizationID uuid.UUID
-	Ids            []uuid.UUID
 	WorkerID       string
 	LeaseSeconds   float64
+	OrganizationID uuid.UUID
+	Ids            []uuid.UUID
 }
 
 type JobClaimTenantKeyedRow struct {
@@ -666,20 +748,21 @@ type JobClaimTenantKeyedRow struct {
 	ExecutionResourceKey *string
 }
 
-// JobClaimTenantKeyed leases the candidates with an execution resource key
-// that JobClaimTenant returned PENDING (@ids, locked by it in the same
-// transaction), as JobClaim does: one resource claim per key and tenant,
-// taken by the key's most urgent candidate if the key is free (or its
-// claim released and past release_after), and only a candidate that took
-// its key's claim is leased. It returns the leased jobs in claim order;
-// their LEASED events are written by JobEventLeasedMany. On Citus it runs
-// in steps (its INSERT in a CTE), only when a claim met keyed jobs.
+// JobClaimTenantKeyed leases the keyed candidates of a tenant's claim on
+// Citus (@ids, locked by JobClaimTenant in the same transaction) that hold
+// the claim for the lease: the resource claim of their key names the job,
+// its run, its next attempt and @worker_id, unreleased, as
+// JobClaimTenantTakeClaims wrote it just before (the lease trigger checks
+// the same). A candidate whose key another job holds stays PENDING. It
+// returns the leased jobs in claim order; their LEASED events are written
+// by JobEventLeasedMany. An UPDATE over the tenant's rows only: one step
+// on Citus, sent in the round trip of JobClaimTenantTakeClaims.
 func (q *Queries) JobClaimTenantKeyed(ctx context.Context, db DBTX, arg JobClaimTenantKeyedParams) ([]JobClaimTenantKeyedRow, error) {
 	rows, err := db.Query(ctx, jobClaimTenantKeyed,
-		arg.OrganizationID,
-		arg.Ids,
 		arg.WorkerID,
 		arg.LeaseSeconds,
+		arg.OrganizationID,
+		arg.Ids,
 	)
 	if err != nil {
 		return nil, err
@@ -730,59 +813,105 @@ func (q *Queries) JobClaimTenantKeyed(ctx context.Context, db DBTX, arg JobClaim
 	return items, nil
 }
 
+const jobClaimTenantTakeClaims = `-- name: JobClaimTenantTakeClaims :execrows
+INSERT INTO job_execution_resource_claims AS rc (
+    organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+)
+SELECT jq.organization_id, jq.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+       $1::text, now() + make_interval(secs => $2::float8)
+FROM job_queue jq
+WHERE jq.organization_id = $3
+  AND jq.id = ANY($4::uuid[])
+  AND jq.status = 'PENDING'
+  AND jq.execution_resource_key IS NOT NULL
+ON CONFLICT (organization_id, resource_key) DO UPDATE
+SET job_id = EXCLUDED.job_id,
+    run_number = EXCLUDED.run_number,
+    attempt = EXCLUDED.attempt,
+    worker_id = EXCLUDED.worker_id,
+    lease_expires_at = EXCLUDED.lease_expires_at,
+    release_after = NULL,
+    acquired_at = EXCLUDED.acquired_at
+WHERE rc.release_after IS NOT NULL
+  AND rc.release_after <= EXCLUDED.acquired_at
+`
+
+type JobClaimTenantTakeClaimsParams struct {
+	WorkerID       string
+	LeaseSeconds   float64
+	OrganizationID uuid.UUID
+	Ids            []uuid.UUID
+}
+
+// JobClaimTenantTakeClaims takes, for a tenant's claim on Citus, the
+// execution resource claims of the keyed candidates JobClaimTenant returned
+// PENDING (locked by it in the same transaction): @ids holds one candidate
+// per resource key, the key's most urgent (the caller picks the first of
+// each key in JobClaimTenant's claim order), and a candidate takes its key's
+// claim if the key is free or its claim released and past release_after,
+// as in JobClaim. The claim is written for the lease JobClaimTenantKeyed
+// then gives: the candidate's run, its next attempt, @worker_id, and the
+// lease's expiry. It returns how many claims it took. An INSERT ... SELECT
+// from the tenant's own job_queue rows, with no CTE: Citus pushes it down
+// to the tenant's shard in one step.
+func (q *Queries) JobClaimTenantTakeClaims(ctx context.Context, db DBTX, arg JobClaimTenantTakeClaimsParams) (int64, error) {
+	result, err := db.Exec(ctx, jobClaimTenantTakeClaims,
+		arg.WorkerID,
+		arg.LeaseSeconds,
+		arg.OrganizationID,
+		arg.Ids,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const jobCompleteMany = `-- name: JobCompleteMany :many
 
 WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           ($4::jsonb[])[i.ord] AS output,
-           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
-    FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $8
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup; and the ids as an array,
-      -- so that the primary key's range is the tenant's batch and not the
-      -- tenant, even under statistics taken before the queue grew (the
-      -- audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY($7::uuid[])
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+           i.worker_ids AS worker_id,
+           i.outputs AS output,
+           NULLIF(($3::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($4::bigint[])[i.ord], -1) AS progress_total
+    FROM ROWS FROM (unnest($5::uuid[]), unnest($6::text[]), unnest($7::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, outputs, ord)
 ),
 clock AS (
     SELECT now() AS now, clock_timestamp() AS at
+),
+locked AS MATERIALIZED (
+    SELECT input.id, input.run_number, input.attempt, input.worker_id, input.output, input.progress_done, input.progress_total, $8::uuid AS organization_id
+    FROM (SELECT id, run_number, attempt, worker_id, output, progress_done, progress_total FROM input ORDER BY id) input
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM job_queue jq
+        WHERE jq.organization_id = $8
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > clock.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 completed AS (
     UPDATE job_queue jq
     SET updated_at = now(),
         status = 'SUCCEEDED',
         stage = 'completed',
-        output = input.output,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        output = locked.output,
+        progress_done = COALESCE(locked.progress_done, jq.progress_done),
+        progress_total = COALESCE(locked.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, clock, locked
-    WHERE jq.organization_id = $8
-      AND jq.id = input.id
+    FROM locked, clock
+    WHERE jq.organization_id = locked.organization_id
       AND jq.id = locked.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY($7::uuid[])
-      AND jq.lease_expires_at > clock.at
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
 ),
 event AS (
@@ -797,11 +926,11 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 type JobCompleteManyParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
-	WorkerIds      []string
-	Outputs        []json.RawMessage
 	ProgressDone   []int64
 	ProgressTotal  []int64
 	Ids            []uuid.UUID
+	WorkerIds      []string
+	Outputs        []json.RawMessage
 	OrganizationID uuid.UUID
 }
 
@@ -850,17 +979,18 @@ type JobCompleteManyRow struct {
 // over several tenants is one statement per tenant, each routed to its
 // tenant's shard on Citus.
 //
-// Lock order: JobCompleteMany, JobFailMany and JobHeartbeatMany first
-// lock the leases they may change in id order (their locked CTE: a Sort
-// under the LockRows, so the rows are locked as they leave the sort) and
-// only then write them, and the library sends a batch's tenants in tenant
+// Lock order: JobCompleteMany, JobFailMany, JobHeartbeatMany and
+// JobReleaseMany first lock the leases they may change in id order (their locked CTE: the
+// entries sorted by id, each job looked up by its key and locked in a
+// lateral subquery, one entry after the other) and only then write
+// exactly the rows they locked, and the library sends a batch's tenants in tenant
 // order, all in one transaction. So those writes take their row locks in
 // (organization_id, id) order, and two of them (a heartbeat round beside
 // a completion batch of the same worker) can wait for each other but
-// never in a cycle. The Routed forms Citus runs, and JobReleaseMany, keep
-// the plain join: on Citus a second CTE over the input is planned in
-// steps (its now() then taken on the worker node, and the one-server
-// release's intermediate results refused), so there the order rests on
+// never in a cycle. The Routed forms Citus runs keep the plain join: on
+// Citus a second CTE over the input is planned in steps (its now() then
+// taken on the worker node, its intermediate results refused in a
+// routed write), so there the order rests on
 // the worker sending every batch sorted by (tenant, id), which the join
 // on the sorted input array follows. The claim and the lease recovery
 // lock with SKIP LOCKED and never wait for a job's row.
@@ -868,15 +998,29 @@ type JobCompleteManyRow struct {
 // stores NULL), the final progress where given (-1: keep the stored
 // value), finished_at, the lease cleared, and one SUCCEEDED event each.
 // Leaving LEASED releases a job's execution resource claim (trigger).
+// Each entry's job is found by its key, from the entry (a lateral
+// subquery runs once per entry, in the sorted entries' order), whatever
+// the planner estimates: a join of the jobs with the entries, estimated
+// at one job (the status as text, a tenant the statistics do not know),
+// paired every job with every entry, a batch squared
+// (TestHotPlansStayBounded). The update then changes the rows locked
+// here and only those (they are locked, so none changed since), joined
+// by tenant and id and restricted by nothing else: the planner has no
+// cheap way to the jobs but the locked rows, so it cannot read the jobs
+// first (through an index of the tenant, estimated at one row under
+// statistics that predate the queue) and pair each with every locked
+// row. The tenant is the locked rows' column, so on Citus this
+// one-server form would span the shards; the library sends Citus the
+// Routed form instead.
 func (q *Queries) JobCompleteMany(ctx context.Context, db DBTX, arg JobCompleteManyParams) ([]JobCompleteManyRow, error) {
 	rows, err := db.Query(ctx, jobCompleteMany,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
-		arg.Outputs,
 		arg.ProgressDone,
 		arg.ProgressTotal,
 		arg.Ids,
+		arg.WorkerIds,
+		arg.Outputs,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -933,11 +1077,11 @@ WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           ($4::jsonb[])[i.ord] AS output,
-           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total
-    FROM unnest($7::uuid[]) WITH ORDINALITY AS i(id, ord)
+           i.worker_ids AS worker_id,
+           i.outputs AS output,
+           NULLIF(($3::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($4::bigint[])[i.ord], -1) AS progress_total
+    FROM ROWS FROM (unnest($5::uuid[]), unnest($6::text[]), unnest($7::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, outputs, ord)
 ),
 completed AS (
     UPDATE job_queue jq
@@ -965,11 +1109,11 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 type JobCompleteManyRoutedParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
-	WorkerIds      []string
-	Outputs        []json.RawMessage
 	ProgressDone   []int64
 	ProgressTotal  []int64
 	Ids            []uuid.UUID
+	WorkerIds      []string
+	Outputs        []json.RawMessage
 	OrganizationID uuid.UUID
 }
 
@@ -1023,11 +1167,11 @@ func (q *Queries) JobCompleteManyRouted(ctx context.Context, db DBTX, arg JobCom
 	rows, err := db.Query(ctx, jobCompleteManyRouted,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
-		arg.Outputs,
 		arg.ProgressDone,
 		arg.ProgressTotal,
 		arg.Ids,
+		arg.WorkerIds,
+		arg.Outputs,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -1414,14 +1558,14 @@ INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord],
        CASE WHEN ($4::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
             ELSE 'RETRY_SCHEDULED'::job_event_type END,
-       ($5::text[])[e.ord],
-       NULLIF(($6::bigint[])[e.ord], -1), NULLIF(($7::bigint[])[e.ord], -1),
+       e.stages,
+       NULLIF(($5::bigint[])[e.ord], -1), NULLIF(($6::bigint[])[e.ord], -1),
        jsonb_strip_nulls(jsonb_build_object(
-           'failure_kind', ($8::text[])[e.ord],
-           'error_code', NULLIF(($9::text[])[e.ord], ''),
-           'error_message', NULLIF(($10::text[])[e.ord], ''),
-           'next_run_at', CASE WHEN NOT ($4::bool[])[e.ord] THEN ($11::timestamptz[])[e.ord] END))
-FROM unnest($12::uuid[]) WITH ORDINALITY AS e(id, ord)
+           'failure_kind', e.failure_kinds,
+           'error_code', NULLIF(e.error_codes, ''),
+           'error_message', NULLIF(e.error_messages, ''),
+           'next_run_at', CASE WHEN NOT ($4::bool[])[e.ord] THEN ($7::timestamptz[])[e.ord] END))
+FROM ROWS FROM (unnest($8::uuid[]), unnest($9::text[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[])) WITH ORDINALITY AS e(id, stages, failure_kinds, error_codes, error_messages, ord)
 `
 
 type JobEventFailedManyParams struct {
@@ -1429,18 +1573,19 @@ type JobEventFailedManyParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
 	DeadLettered   []bool
-	Stages         []string
 	ProgressDone   []int64
 	ProgressTotal  []int64
+	NextRunAts     []time.Time
+	Ids            []uuid.UUID
+	Stages         []string
 	FailureKinds   []string
 	ErrorCodes     []string
 	ErrorMessages  []string
-	NextRunAts     []time.Time
-	Ids            []uuid.UUID
 }
 
 // JobEventFailedMany writes the event of each failed attempt
-// JobFailManyRouted recorded (@ids with, at the same position, the run,
+// JobFailManyRouted (or, for an expired lease, JobRecoverExpiredLeasesTenant)
+// recorded (@ids with, at the same position, the run,
 // attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
 // the stored error code and message (” for none), the progress (-1:
 // NULL) and the retry's due time of the row it returned), as
@@ -1452,14 +1597,14 @@ func (q *Queries) JobEventFailedMany(ctx context.Context, db DBTX, arg JobEventF
 		arg.RunNumbers,
 		arg.Attempts,
 		arg.DeadLettered,
-		arg.Stages,
 		arg.ProgressDone,
 		arg.ProgressTotal,
+		arg.NextRunAts,
+		arg.Ids,
+		arg.Stages,
 		arg.FailureKinds,
 		arg.ErrorCodes,
 		arg.ErrorMessages,
-		arg.NextRunAts,
-		arg.Ids,
 	)
 	return err
 }
@@ -1467,20 +1612,20 @@ func (q *Queries) JobEventFailedMany(ctx context.Context, db DBTX, arg JobEventF
 const jobEventLeasedMany = `-- name: JobEventLeasedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'LEASED',
-       ($4::text[])[e.ord],
-       jsonb_build_object('worker_id', $5::text,
-                          'lease_expires_at', ($6::timestamptz[])[e.ord])
-FROM unnest($7::uuid[]) WITH ORDINALITY AS e(id, ord)
+       e.stages,
+       jsonb_build_object('worker_id', $4::text,
+                          'lease_expires_at', ($5::timestamptz[])[e.ord])
+FROM ROWS FROM (unnest($6::uuid[]), unnest($7::text[])) WITH ORDINALITY AS e(id, stages, ord)
 `
 
 type JobEventLeasedManyParams struct {
 	OrganizationID  uuid.UUID
 	RunNumbers      []int32
 	Attempts        []int32
-	Stages          []string
 	WorkerID        string
 	LeaseExpiresAts []time.Time
 	Ids             []uuid.UUID
+	Stages          []string
 }
 
 // JobEventLeasedMany writes the LEASED event of each job a tenant's claim
@@ -1494,10 +1639,10 @@ func (q *Queries) JobEventLeasedMany(ctx context.Context, db DBTX, arg JobEventL
 		arg.OrganizationID,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.Stages,
 		arg.WorkerID,
 		arg.LeaseExpiresAts,
 		arg.Ids,
+		arg.Stages,
 	)
 	return err
 }
@@ -1505,21 +1650,21 @@ func (q *Queries) JobEventLeasedMany(ctx context.Context, db DBTX, arg JobEventL
 const jobEventProgressMany = `-- name: JobEventProgressMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'PROGRESS',
-       ($4::text[])[e.ord],
-       NULLIF(($5::bigint[])[e.ord], -1), NULLIF(($6::bigint[])[e.ord], -1),
-       jsonb_build_object('worker_id', ($7::text[])[e.ord])
-FROM unnest($8::uuid[]) WITH ORDINALITY AS e(id, ord)
+       e.stages,
+       NULLIF(($4::bigint[])[e.ord], -1), NULLIF(($5::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', e.worker_ids)
+FROM ROWS FROM (unnest($6::uuid[]), unnest($7::text[]), unnest($8::text[])) WITH ORDINALITY AS e(id, stages, worker_ids, ord)
 `
 
 type JobEventProgressManyParams struct {
 	OrganizationID uuid.UUID
 	RunNumbers     []int32
 	Attempts       []int32
-	Stages         []string
 	ProgressDone   []int64
 	ProgressTotal  []int64
-	WorkerIds      []string
 	Ids            []uuid.UUID
+	Stages         []string
+	WorkerIds      []string
 }
 
 // JobEventProgressMany writes one PROGRESS event for each renewed lease
@@ -1532,11 +1677,11 @@ func (q *Queries) JobEventProgressMany(ctx context.Context, db DBTX, arg JobEven
 		arg.OrganizationID,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.Stages,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.WorkerIds,
 		arg.Ids,
+		arg.Stages,
+		arg.WorkerIds,
 	)
 	return err
 }
@@ -1544,18 +1689,18 @@ func (q *Queries) JobEventProgressMany(ctx context.Context, db DBTX, arg JobEven
 const jobEventReleasedMany = `-- name: JobEventReleasedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'STAGE_CHANGED',
-       ($4::text[])[e.ord],
-       jsonb_build_object('worker_id', ($5::text[])[e.ord], 'released', true)
-FROM unnest($6::uuid[]) WITH ORDINALITY AS e(id, ord)
+       e.stages,
+       jsonb_build_object('worker_id', e.worker_ids, 'released', true)
+FROM ROWS FROM (unnest($4::uuid[]), unnest($5::text[]), unnest($6::text[])) WITH ORDINALITY AS e(id, stages, worker_ids, ord)
 `
 
 type JobEventReleasedManyParams struct {
 	OrganizationID uuid.UUID
 	RunNumbers     []int32
 	Attempts       []int32
+	Ids            []uuid.UUID
 	Stages         []string
 	WorkerIds      []string
-	Ids            []uuid.UUID
 }
 
 // JobEventReleasedMany writes the STAGE_CHANGED event of each job
@@ -1568,9 +1713,9 @@ func (q *Queries) JobEventReleasedMany(ctx context.Context, db DBTX, arg JobEven
 		arg.OrganizationID,
 		arg.RunNumbers,
 		arg.Attempts,
+		arg.Ids,
 		arg.Stages,
 		arg.WorkerIds,
-		arg.Ids,
 	)
 	return err
 }
@@ -1578,21 +1723,21 @@ func (q *Queries) JobEventReleasedMany(ctx context.Context, db DBTX, arg JobEven
 const jobEventSucceededMany = `-- name: JobEventSucceededMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT $1, e.id, ($2::int[])[e.ord], ($3::int[])[e.ord], 'SUCCEEDED',
-       ($4::text[])[e.ord],
-       NULLIF(($5::bigint[])[e.ord], -1), NULLIF(($6::bigint[])[e.ord], -1),
-       jsonb_build_object('worker_id', ($7::text[])[e.ord])
-FROM unnest($8::uuid[]) WITH ORDINALITY AS e(id, ord)
+       e.stages,
+       NULLIF(($4::bigint[])[e.ord], -1), NULLIF(($5::bigint[])[e.ord], -1),
+       jsonb_build_object('worker_id', e.worker_ids)
+FROM ROWS FROM (unnest($6::uuid[]), unnest($7::text[]), unnest($8::text[])) WITH ORDINALITY AS e(id, stages, worker_ids, ord)
 `
 
 type JobEventSucceededManyParams struct {
 	OrganizationID uuid.UUID
 	RunNumbers     []int32
 	Attempts       []int32
-	Stages         []string
 	ProgressDone   []int64
 	ProgressTotal  []int64
-	WorkerIds      []string
 	Ids            []uuid.UUID
+	Stages         []string
+	WorkerIds      []string
 }
 
 // JobEventSucceededMany writes the SUCCEEDED event of each job
@@ -1606,11 +1751,11 @@ func (q *Queries) JobEventSucceededMany(ctx context.Context, db DBTX, arg JobEve
 		arg.OrganizationID,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.Stages,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.WorkerIds,
 		arg.Ids,
+		arg.Stages,
+		arg.WorkerIds,
 	)
 	return err
 }
@@ -1623,67 +1768,58 @@ input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           ($4::bool[])[i.ord] AS terminal,
-           ($5::text[])[i.ord] AS failure_kind,
-           ($6::float8[])[i.ord] AS retry_delay_seconds,
-           NULLIF(($7::text[])[i.ord], '') AS error_code,
-           NULLIF(($8::text[])[i.ord], '') AS error_message,
-           NULLIF(($9::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($10::bigint[])[i.ord], -1) AS progress_total,
-           ($11::jsonb[])[i.ord] AS checkpoint,
-           clock.now + make_interval(secs => ($6::float8[])[i.ord]) AS retry_at,
+           i.worker_ids AS worker_id,
+           ($3::bool[])[i.ord] AS terminal,
+           i.failure_kinds AS failure_kind,
+           ($4::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF(i.error_codes, '') AS error_code,
+           NULLIF(i.error_messages, '') AS error_message,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total,
+           i.checkpoints AS checkpoint,
+           clock.now + make_interval(secs => ($4::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
-    FROM unnest($12::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest($7::uuid[]), unnest($8::text[]), unnest($9::text[]), unnest($10::text[]), unnest($11::text[]), unnest($12::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, failure_kinds, error_codes, error_messages, checkpoints, ord)
     CROSS JOIN clock
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $13
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup; and the ids as an array,
-      -- so that the primary key's range is the tenant's batch and not the
-      -- tenant, even under statistics taken before the queue grew (the
-      -- audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY($12::uuid[])
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    SELECT input.id, input.run_number, input.attempt, input.worker_id, input.terminal, input.failure_kind, input.retry_delay_seconds, input.error_code, input.error_message, input.progress_done, input.progress_total, input.checkpoint, input.retry_at, input.now, input.at, $13::uuid AS organization_id
+    FROM (SELECT id, run_number, attempt, worker_id, terminal, failure_kind, retry_delay_seconds, error_code, error_message, progress_done, progress_total, checkpoint, retry_at, now, at FROM input ORDER BY id) input
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM job_queue jq
+        WHERE jq.organization_id = $13
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > input.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 failed AS (
     UPDATE job_queue jq
     SET updated_at = now(),
-        status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+        status = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
-        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+        stage = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts
                      THEN jq.stage ELSE 'scheduled' END,
-        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+        next_run_at = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts
                            THEN jq.next_run_at
-                           ELSE input.retry_at END,
-        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN input.now END,
-        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+                           ELSE locked.retry_at END,
+        finished_at = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts THEN locked.now END,
+        worker_id = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
-        last_error_code = input.error_code,
-        last_error_message = input.error_message,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
-        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
-    FROM input, locked
-    WHERE jq.organization_id = $13
-      AND jq.id = input.id
+        last_error_code = locked.error_code,
+        last_error_message = locked.error_message,
+        progress_done = COALESCE(locked.progress_done, jq.progress_done),
+        progress_total = COALESCE(locked.progress_total, jq.progress_total),
+        checkpoint = COALESCE(locked.checkpoint, jq.checkpoint)
+    FROM locked
+    WHERE jq.organization_id = locked.organization_id
       AND jq.id = locked.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY($12::uuid[])
-      AND jq.lease_expires_at > input.at
-    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.failure_kind
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, locked.failure_kind
 ),
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
@@ -1709,16 +1845,16 @@ FROM failed
 type JobFailManyParams struct {
 	RunNumbers        []int32
 	Attempts          []int32
-	WorkerIds         []string
 	Terminal          []bool
-	FailureKinds      []string
 	RetryDelaySeconds []float64
-	ErrorCodes        []string
-	ErrorMessages     []string
 	ProgressDone      []int64
 	ProgressTotal     []int64
-	Checkpoints       []json.RawMessage
 	Ids               []uuid.UUID
+	WorkerIds         []string
+	FailureKinds      []string
+	ErrorCodes        []string
+	ErrorMessages     []string
+	Checkpoints       []json.RawMessage
 	OrganizationID    uuid.UUID
 }
 
@@ -1768,16 +1904,16 @@ func (q *Queries) JobFailMany(ctx context.Context, db DBTX, arg JobFailManyParam
 	rows, err := db.Query(ctx, jobFailMany,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
 		arg.Terminal,
-		arg.FailureKinds,
 		arg.RetryDelaySeconds,
-		arg.ErrorCodes,
-		arg.ErrorMessages,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.Checkpoints,
 		arg.Ids,
+		arg.WorkerIds,
+		arg.FailureKinds,
+		arg.ErrorCodes,
+		arg.ErrorMessages,
+		arg.Checkpoints,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -1834,18 +1970,18 @@ WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           ($4::bool[])[i.ord] AS terminal,
-           ($5::text[])[i.ord] AS failure_kind,
-           ($6::float8[])[i.ord] AS retry_delay_seconds,
-           NULLIF(($7::text[])[i.ord], '') AS error_code,
-           NULLIF(($8::text[])[i.ord], '') AS error_message,
-           NULLIF(($9::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($10::bigint[])[i.ord], -1) AS progress_total,
-           ($11::jsonb[])[i.ord] AS checkpoint,
-           clock.now + make_interval(secs => ($6::float8[])[i.ord]) AS retry_at,
+           i.worker_ids AS worker_id,
+           ($3::bool[])[i.ord] AS terminal,
+           i.failure_kinds AS failure_kind,
+           ($4::float8[])[i.ord] AS retry_delay_seconds,
+           NULLIF(i.error_codes, '') AS error_code,
+           NULLIF(i.error_messages, '') AS error_message,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total,
+           i.checkpoints AS checkpoint,
+           clock.now + make_interval(secs => ($4::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
-    FROM unnest($12::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest($7::uuid[]), unnest($8::text[]), unnest($9::text[]), unnest($10::text[]), unnest($11::text[]), unnest($12::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, failure_kinds, error_codes, error_messages, checkpoints, ord)
     CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
 ),
 failed AS (
@@ -1887,16 +2023,16 @@ FROM failed
 type JobFailManyRoutedParams struct {
 	RunNumbers        []int32
 	Attempts          []int32
-	WorkerIds         []string
 	Terminal          []bool
-	FailureKinds      []string
 	RetryDelaySeconds []float64
-	ErrorCodes        []string
-	ErrorMessages     []string
 	ProgressDone      []int64
 	ProgressTotal     []int64
-	Checkpoints       []json.RawMessage
 	Ids               []uuid.UUID
+	WorkerIds         []string
+	FailureKinds      []string
+	ErrorCodes        []string
+	ErrorMessages     []string
+	Checkpoints       []json.RawMessage
 	OrganizationID    uuid.UUID
 }
 
@@ -1941,16 +2077,16 @@ func (q *Queries) JobFailManyRouted(ctx context.Context, db DBTX, arg JobFailMan
 	rows, err := db.Query(ctx, jobFailManyRouted,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
 		arg.Terminal,
-		arg.FailureKinds,
 		arg.RetryDelaySeconds,
-		arg.ErrorCodes,
-		arg.ErrorMessages,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.Checkpoints,
 		arg.Ids,
+		arg.WorkerIds,
+		arg.FailureKinds,
+		arg.ErrorCodes,
+		arg.ErrorMessages,
+		arg.Checkpoints,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -2157,55 +2293,49 @@ input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           clock.at + make_interval(secs => ($4::float8[])[i.ord]) AS lease_until,
-           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total,
-           ($7::jsonb[])[i.ord] AS checkpoint,
+           i.worker_ids AS worker_id,
+           clock.at + make_interval(secs => ($3::float8[])[i.ord]) AS lease_until,
+           NULLIF(($4::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_total,
+           i.checkpoints AS checkpoint,
            clock.at
-    FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest($6::uuid[]), unnest($7::text[]), unnest($8::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, checkpoints, ord)
     CROSS JOIN clock
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = $9
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup; and the ids as an array,
-      -- so that the primary key's range is the tenant's batch and not the
-      -- tenant, even under statistics taken before the queue grew (the
-      -- audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY($8::uuid[])
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    SELECT input.id, input.run_number, input.attempt, input.worker_id, input.lease_until, input.progress_done, input.progress_total, input.checkpoint, input.at, $9::uuid AS organization_id,
+           lease.progress_done AS stored_progress_done,
+           lease.progress_total AS stored_progress_total,
+           lease.checkpoint AS stored_checkpoint
+    FROM (SELECT id, run_number, attempt, worker_id, lease_until, progress_done, progress_total, checkpoint, at FROM input ORDER BY id) input
+    CROSS JOIN LATERAL (
+        SELECT jq.progress_done, jq.progress_total, jq.checkpoint
+        FROM job_queue jq
+        WHERE jq.organization_id = $9
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > input.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 beat AS (
     UPDATE job_queue jq
     SET updated_at = now(),
-        lease_expires_at = input.lease_until,
-        last_heartbeat_at = input.at,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
-        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
-    FROM input
-    JOIN locked before ON before.id = input.id
-    WHERE jq.organization_id = $9
-      AND jq.id = input.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY($8::uuid[])
-      AND jq.lease_expires_at > input.at
+        lease_expires_at = locked.lease_until,
+        last_heartbeat_at = locked.at,
+        progress_done = COALESCE(locked.progress_done, jq.progress_done),
+        progress_total = COALESCE(locked.progress_total, jq.progress_total),
+        checkpoint = COALESCE(locked.checkpoint, jq.checkpoint)
+    FROM locked
+    WHERE jq.organization_id = locked.organization_id
+      AND jq.id = locked.id
     RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
-              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
-               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (locked.stored_progress_done, locked.stored_progress_total)
+               OR jq.checkpoint IS DISTINCT FROM locked.stored_checkpoint)::bool AS changed
 ),
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
@@ -2222,12 +2352,12 @@ FROM beat
 type JobHeartbeatManyParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
-	WorkerIds      []string
 	LeaseSeconds   []float64
 	ProgressDone   []int64
 	ProgressTotal  []int64
-	Checkpoints    []json.RawMessage
 	Ids            []uuid.UUID
+	WorkerIds      []string
+	Checkpoints    []json.RawMessage
 	OrganizationID uuid.UUID
 }
 
@@ -2255,12 +2385,12 @@ func (q *Queries) JobHeartbeatMany(ctx context.Context, db DBTX, arg JobHeartbea
 	rows, err := db.Query(ctx, jobHeartbeatMany,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
 		arg.LeaseSeconds,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.Checkpoints,
 		arg.Ids,
+		arg.WorkerIds,
+		arg.Checkpoints,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -2296,13 +2426,13 @@ WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id,
-           clock.at + make_interval(secs => ($4::float8[])[i.ord]) AS lease_until,
-           NULLIF(($5::bigint[])[i.ord], -1) AS progress_done,
-           NULLIF(($6::bigint[])[i.ord], -1) AS progress_total,
-           ($7::jsonb[])[i.ord] AS checkpoint,
+           i.worker_ids AS worker_id,
+           clock.at + make_interval(secs => ($3::float8[])[i.ord]) AS lease_until,
+           NULLIF(($4::bigint[])[i.ord], -1) AS progress_done,
+           NULLIF(($5::bigint[])[i.ord], -1) AS progress_total,
+           i.checkpoints AS checkpoint,
            clock.at
-    FROM unnest($8::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest($6::uuid[]), unnest($7::text[]), unnest($8::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, checkpoints, ord)
     CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
 ),
 beat AS (
@@ -2335,12 +2465,12 @@ FROM beat
 type JobHeartbeatManyRoutedParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
-	WorkerIds      []string
 	LeaseSeconds   []float64
 	ProgressDone   []int64
 	ProgressTotal  []int64
-	Checkpoints    []json.RawMessage
 	Ids            []uuid.UUID
+	WorkerIds      []string
+	Checkpoints    []json.RawMessage
 	OrganizationID uuid.UUID
 }
 
@@ -2366,12 +2496,12 @@ func (q *Queries) JobHeartbeatManyRouted(ctx context.Context, db DBTX, arg JobHe
 	rows, err := db.Query(ctx, jobHeartbeatManyRouted,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
 		arg.LeaseSeconds,
 		arg.ProgressDone,
 		arg.ProgressTotal,
-		arg.Checkpoints,
 		arg.Ids,
+		arg.WorkerIds,
+		arg.Checkpoints,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -3239,8 +3369,8 @@ type JobRecoverExpiredLeasesRow struct {
 // DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED releases any
 // resource claim (trigger). Over every tenant, so not on Citus: there
 // recovery is JobListTenantsWithExpiredLeases, then
-// JobRecoverExpiredLeasesTenant tenant by tenant, under the lock that
-// TransactionTryRecoveryLock takes.
+// JobRecoverExpiredLeasesTenant tenant by tenant (and its events,
+// JobEventFailedMany), under the lock that TransactionTryRecoveryLock takes.
 func (q *Queries) JobRecoverExpiredLeases(ctx context.Context, db DBTX, arg JobRecoverExpiredLeasesParams) ([]JobRecoverExpiredLeasesRow, error) {
 	rows, err := db.Query(ctx, jobRecoverExpiredLeases,
 		arg.LockKey,
@@ -3326,18 +3456,6 @@ recovered AS (
     WHERE jq.organization_id = $3
       AND jq.id = expired.id
     RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key
-),
-event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
-    SELECT organization_id, id, run_number, attempt,
-           CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
-                ELSE 'RETRY_SCHEDULED'::job_event_type END,
-           stage,
-           jsonb_strip_nulls(jsonb_build_object(
-               'failure_kind', 'LEASE_EXPIRED',
-               'error_code', last_error_code,
-               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
-    FROM recovered
 )
 SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM recovered
 `
@@ -3383,8 +3501,14 @@ type JobRecoverExpiredLeasesTenantRow struct {
 }
 
 // JobRecoverExpiredLeasesTenant is JobRecoverExpiredLeases for one tenant
-// (@organization_id), routed to its shard on Citus; the caller holds the
-// recovery lock (TransactionTryRecoveryLock).
+// (@organization_id), on Citus, where recovery goes tenant by tenant; the
+// caller holds the recovery lock (TransactionTryRecoveryLock). Without its
+// events: an INSERT in a CTE would make Citus plan the statement in steps
+// through the coordinator. JobEventFailedMany writes them from the rows it
+// returned, in its transaction (failure kind LEASE_EXPIRED, the stored
+// error code, no message, no progress: JobRecoverExpiredLeases's events).
+// A locking SELECT and an UPDATE over the tenant's rows: one step on the
+// tenant's shard.
 func (q *Queries) JobRecoverExpiredLeasesTenant(ctx context.Context, db DBTX, arg JobRecoverExpiredLeasesTenantParams) ([]JobRecoverExpiredLeasesTenantRow, error) {
 	rows, err := db.Query(ctx, jobRecoverExpiredLeasesTenant,
 		arg.BackoffMaxSeconds,
@@ -3446,11 +3570,28 @@ WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id
-    FROM unnest($4::uuid[]) WITH ORDINALITY AS i(id, ord)
+           i.worker_ids AS worker_id
+    FROM ROWS FROM (unnest($3::uuid[]), unnest($4::text[])) WITH ORDINALITY AS i(id, worker_ids, ord)
 ),
 clock AS (
     SELECT clock_timestamp() AS at
+),
+locked AS MATERIALIZED (
+    SELECT input.id, input.worker_id, $5::uuid AS organization_id
+    FROM (SELECT id, run_number, attempt, worker_id FROM input ORDER BY id) input
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM job_queue jq
+        WHERE jq.organization_id = $5
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > clock.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 released AS (
     UPDATE job_queue jq
@@ -3462,19 +3603,10 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input, clock
-    WHERE jq.organization_id = $5
-      AND jq.id = input.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup, so the plan stays
-      -- the lookup by primary key even under statistics taken before
-      -- the queue grew (the audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.lease_expires_at > clock.at
-    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, input.worker_id AS released_by
+    FROM locked
+    WHERE jq.organization_id = locked.organization_id
+      AND jq.id = locked.id
+    RETURNING jq.id, jq.job_type, jq.organization_id, jq.payload, jq.status, jq.priority, jq.run_number, jq.attempt, jq.max_attempts, jq.timeout_seconds, jq.next_run_at, jq.lease_expires_at, jq.last_heartbeat_at, jq.worker_id, jq.started_at, jq.finished_at, jq.stage, jq.progress_done, jq.progress_total, jq.progress_pct, jq.checkpoint, jq.idempotency_key, jq.status_reason, jq.last_error_code, jq.last_error_message, jq.created_at, jq.updated_at, jq.enqueue_request, jq.output, jq.execution_resource_key, locked.worker_id AS released_by
 ),
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
@@ -3493,8 +3625,8 @@ FROM released
 type JobReleaseManyParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
-	WorkerIds      []string
 	Ids            []uuid.UUID
+	WorkerIds      []string
 	OrganizationID uuid.UUID
 }
 
@@ -3536,12 +3668,19 @@ type JobReleaseManyRow struct {
 // worker, lease, heartbeat and start cleared, due as they were; one
 // STAGE_CHANGED event each, naming the worker. Leaving LEASED releases a
 // job's execution resource claim (trigger).
+// As in JobCompleteMany: each entry's job is found by its key and locked
+// in a lateral subquery, entries in id order, and the update changes the
+// rows locked and only those. Joined with the entries, a tenant the
+// statistics did not know was read whole for every batch
+// (TestHotPlansStayBounded). The status is compared as text, so that no
+// partial index on status (the live jobs', the leases' expiry) serves
+// the lookup instead of the key.
 func (q *Queries) JobReleaseMany(ctx context.Context, db DBTX, arg JobReleaseManyParams) ([]JobReleaseManyRow, error) {
 	rows, err := db.Query(ctx, jobReleaseMany,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
 		arg.Ids,
+		arg.WorkerIds,
 		arg.OrganizationID,
 	)
 	if err != nil {
@@ -3598,8 +3737,8 @@ WITH input AS (
     SELECT i.id,
            ($1::int[])[i.ord] AS run_number,
            ($2::int[])[i.ord] AS attempt,
-           ($3::text[])[i.ord] AS worker_id
-    FROM unnest($4::uuid[]) WITH ORDINALITY AS i(id, ord)
+           i.worker_ids AS worker_id
+    FROM ROWS FROM (unnest($3::uuid[]), unnest($4::text[])) WITH ORDINALITY AS i(id, worker_ids, ord)
 ),
 released AS (
     UPDATE job_queue jq
@@ -3627,8 +3766,8 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 type JobReleaseManyRoutedParams struct {
 	RunNumbers     []int32
 	Attempts       []int32
-	WorkerIds      []string
 	Ids            []uuid.UUID
+	WorkerIds      []string
 	OrganizationID uuid.UUID
 }
 
@@ -3676,8 +3815,8 @@ func (q *Queries) JobReleaseManyRouted(ctx context.Context, db DBTX, arg JobRele
 	rows, err := db.Query(ctx, jobReleaseManyRouted,
 		arg.RunNumbers,
 		arg.Attempts,
-		arg.WorkerIds,
 		arg.Ids,
+		arg.WorkerIds,
 		arg.OrganizationID,
 	)
 	if err != nil {

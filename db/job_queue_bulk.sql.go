@@ -22,21 +22,21 @@ input AS (
     SELECT i.id,
            i.ord,
            ($1::uuid[])[i.ord] AS organization_id,
-           ($2::text[])[i.ord] AS job_type,
-           ($3::jsonb[])[i.ord] AS payload,
-           CASE WHEN ($4::bool[])[i.ord] THEN ($5::int[])[i.ord] END AS priority,
-           NULLIF(($6::int[])[i.ord], 0) AS max_attempts,
-           NULLIF(($7::int[])[i.ord], 0) AS timeout_seconds,
-           CASE WHEN ($8::bool[])[i.ord] THEN ($9::timestamptz[])[i.ord] END AS next_run_at,
-           NULLIF(($10::text[])[i.ord], '') AS idempotency_key,
-           ($11::jsonb[])[i.ord] AS enqueue_request,
-           NULLIF(($12::text[])[i.ord], '') AS execution_resource_key
-    FROM unnest($13::uuid[]) WITH ORDINALITY AS i(id, ord)
+           i.job_types AS job_type,
+           i.payloads AS payload,
+           CASE WHEN ($2::bool[])[i.ord] THEN ($3::int[])[i.ord] END AS priority,
+           NULLIF(($4::int[])[i.ord], 0) AS max_attempts,
+           NULLIF(($5::int[])[i.ord], 0) AS timeout_seconds,
+           CASE WHEN ($6::bool[])[i.ord] THEN ($7::timestamptz[])[i.ord] END AS next_run_at,
+           NULLIF(i.idempotency_keys, '') AS idempotency_key,
+           i.enqueue_requests AS enqueue_request,
+           NULLIF(i.execution_resource_keys, '') AS execution_resource_key
+    FROM ROWS FROM (unnest($8::uuid[]), unnest($9::text[]), unnest($10::jsonb[]), unnest($11::text[]), unnest($12::jsonb[]), unnest($13::text[])) WITH ORDINALITY AS i(id, job_types, payloads, idempotency_keys, enqueue_requests, execution_resource_keys, ord)
 ),
 definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM job_definitions
-    WHERE job_definitions.job_type = ANY ($2::text[]) AND job_definitions.is_enabled
+    WHERE job_definitions.job_type = ANY ($9::text[]) AND job_definitions.is_enabled
       AND (NOT $14::bool
            OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
     FOR SHARE
@@ -73,18 +73,18 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 
 type JobEnqueueManyParams struct {
 	OrganizationIds       []uuid.UUID
-	JobTypes              []string
-	Payloads              []json.RawMessage
 	PrioritySet           []bool
 	Priorities            []int32
 	MaxAttempts           []int32
 	TimeoutSeconds        []int32
 	RunAtSet              []bool
 	NextRunAts            []time.Time
+	Ids                   []uuid.UUID
+	JobTypes              []string
+	Payloads              []json.RawMessage
 	IdempotencyKeys       []string
 	EnqueueRequests       []json.RawMessage
 	ExecutionResourceKeys []string
-	Ids                   []uuid.UUID
 	Idempotent            bool
 }
 
@@ -145,18 +145,18 @@ type JobEnqueueManyRow struct {
 func (q *Queries) JobEnqueueMany(ctx context.Context, db DBTX, arg JobEnqueueManyParams) ([]JobEnqueueManyRow, error) {
 	rows, err := db.Query(ctx, jobEnqueueMany,
 		arg.OrganizationIds,
-		arg.JobTypes,
-		arg.Payloads,
 		arg.PrioritySet,
 		arg.Priorities,
 		arg.MaxAttempts,
 		arg.TimeoutSeconds,
 		arg.RunAtSet,
 		arg.NextRunAts,
+		arg.Ids,
+		arg.JobTypes,
+		arg.Payloads,
 		arg.IdempotencyKeys,
 		arg.EnqueueRequests,
 		arg.ExecutionResourceKeys,
-		arg.Ids,
 		arg.Idempotent,
 	)
 	if err != nil {
@@ -208,126 +208,45 @@ func (q *Queries) JobEnqueueMany(ctx context.Context, db DBTX, arg JobEnqueueMan
 	return items, nil
 }
 
-const jobEnqueueManyRouted = `-- name: JobEnqueueManyRouted :many
-WITH input AS (
-    SELECT i.id,
-           i.ord,
-           ($1::text[])[i.ord] AS job_type,
-           ($2::jsonb[])[i.ord] AS payload,
-           CASE WHEN ($3::bool[])[i.ord] THEN ($4::int[])[i.ord] END AS priority,
-           NULLIF(($5::int[])[i.ord], 0) AS max_attempts,
-           NULLIF(($6::int[])[i.ord], 0) AS timeout_seconds,
-           CASE WHEN ($7::bool[])[i.ord] THEN ($8::timestamptz[])[i.ord] END AS next_run_at,
-           NULLIF(($9::text[])[i.ord], '') AS idempotency_key,
-           ($10::jsonb[])[i.ord] AS enqueue_request,
-           NULLIF(($11::text[])[i.ord], '') AS execution_resource_key
-    FROM unnest($12::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-inserted AS (
-    INSERT INTO job_queue (
-        id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-        next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key
-    )
-    SELECT input.id,
-           d.job_type,
-           $13::uuid,
-           input.payload,
-           COALESCE(input.priority, d.default_priority),
-           COALESCE(input.max_attempts, d.max_attempts),
-           COALESCE(input.timeout_seconds, d.default_timeout_seconds),
-           COALESCE(input.next_run_at, clock.now),
-           CASE WHEN input.next_run_at > clock.now THEN 'scheduled' ELSE 'queued' END,
-           input.idempotency_key,
-           input.enqueue_request,
-           input.execution_resource_key
-    FROM input
-    JOIN job_definitions d ON d.job_type = input.job_type AND d.is_enabled
-    CROSS JOIN (SELECT now() AS now OFFSET 0) clock
-    WHERE NOT EXISTS (SELECT 1 FROM job_queue taken
-                      WHERE taken.organization_id = $13::uuid AND taken.id = $14::uuid)
-      AND (NOT $15::bool
-           OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
-    ORDER BY input.job_type, input.idempotency_key, input.ord
-    FOR SHARE OF d
-    ON CONFLICT DO NOTHING
-    RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
-)
-SELECT id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key FROM inserted
+const jobEnqueueManyDefinitionsRouted = `-- name: JobEnqueueManyDefinitionsRouted :many
+SELECT d.job_type, d.default_priority, d.max_attempts, d.default_timeout_seconds
+FROM job_definitions d
+WHERE d.job_type = ANY ($1::text[]) AND d.is_enabled
+  AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                  WHERE taken.organization_id = $2::uuid AND taken.id = $3::uuid)
+  AND (NOT $4::bool
+       OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
+ORDER BY d.job_type
+FOR SHARE OF d
 `
 
-type JobEnqueueManyRoutedParams struct {
-	JobTypes              []string
-	Payloads              []json.RawMessage
-	PrioritySet           []bool
-	Priorities            []int32
-	MaxAttempts           []int32
-	TimeoutSeconds        []int32
-	RunAtSet              []bool
-	NextRunAts            []time.Time
-	IdempotencyKeys       []string
-	EnqueueRequests       []json.RawMessage
-	ExecutionResourceKeys []string
-	Ids                   []uuid.UUID
-	OrganizationID        uuid.UUID
-	ProbeID               uuid.UUID
-	Idempotent            bool
+type JobEnqueueManyDefinitionsRoutedParams struct {
+	JobTypes       []string
+	OrganizationID uuid.UUID
+	ProbeID        uuid.UUID
+	Idempotent     bool
 }
 
-type JobEnqueueManyRoutedRow struct {
-	ID                   uuid.UUID
-	JobType              string
-	OrganizationID       uuid.UUID
-	Payload              json.RawMessage
-	Status               JobStatus
-	Priority             int32
-	RunNumber            int32
-	Attempt              int32
-	MaxAttempts          int32
-	TimeoutSeconds       int32
-	NextRunAt            time.Time
-	LeaseExpiresAt       *time.Time
-	LastHeartbeatAt      *time.Time
-	WorkerID             *string
-	StartedAt            *time.Time
-	FinishedAt           *time.Time
-	Stage                string
-	ProgressDone         *int64
-	ProgressTotal        *int64
-	ProgressPct          *float64
-	Checkpoint           json.RawMessage
-	IdempotencyKey       *string
-	StatusReason         *string
-	LastErrorCode        *string
-	LastErrorMessage     *string
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
-	EnqueueRequest       json.RawMessage
-	Output               json.RawMessage
-	ExecutionResourceKey *string
+type JobEnqueueManyDefinitionsRoutedRow struct {
+	JobType               string
+	DefaultPriority       int32
+	MaxAttempts           int32
+	DefaultTimeoutSeconds int32
 }
 
-// JobEnqueueManyRouted is JobEnqueueMany for one tenant
-// (@organization_id) without its events, in the shape Citus runs in one
-// step on the tenant's shard; the library sends it on Citus, tenant by
-// tenant in tenant order, and JobEventEnqueuedMany after it, in one
-// transaction. The probe of the tenant's own job_queue anchors the
-// statement on the tenant's shard, as in JobEnqueue. The clock is a
-// subquery kept apart by OFFSET 0, which Citus evaluates once on the
-// coordinator.
-func (q *Queries) JobEnqueueManyRouted(ctx context.Context, db DBTX, arg JobEnqueueManyRoutedParams) ([]JobEnqueueManyRoutedRow, error) {
-	rows, err := db.Query(ctx, jobEnqueueManyRouted,
+// JobEnqueueManyDefinitionsRouted is JobEnqueueMany's definition read for
+// one tenant's requests on Citus, where JobEnqueueMany runs in steps
+// through the coordinator: the enabled definitions of @job_types, read FOR
+// SHARE (a definition change waits until the transaction ends), with their
+// defaults, in type order; nothing when @idempotent is set outside READ
+// COMMITTED. The caller resolves each request's settings against its
+// type's defaults and inserts with JobEnqueueManyRouted (a request of a
+// missing or disabled type inserts nothing). The probe of the tenant's
+// own job_queue for @probe_id (a fresh id) anchors the statement on the
+// tenant's shard, as in JobEnqueueDefinitionRouted: one step there.
+func (q *Queries) JobEnqueueManyDefinitionsRouted(ctx context.Context, db DBTX, arg JobEnqueueManyDefinitionsRoutedParams) ([]JobEnqueueManyDefinitionsRoutedRow, error) {
+	rows, err := db.Query(ctx, jobEnqueueManyDefinitionsRouted,
 		arg.JobTypes,
-		arg.Payloads,
-		arg.PrioritySet,
-		arg.Priorities,
-		arg.MaxAttempts,
-		arg.TimeoutSeconds,
-		arg.RunAtSet,
-		arg.NextRunAts,
-		arg.IdempotencyKeys,
-		arg.EnqueueRequests,
-		arg.ExecutionResourceKeys,
-		arg.Ids,
 		arg.OrganizationID,
 		arg.ProbeID,
 		arg.Idempotent,
@@ -336,9 +255,98 @@ func (q *Queries) JobEnqueueManyRouted(ctx context.Context, db DBTX, arg JobEnqu
 		return nil, err
 	}
 	defer rows.Close()
-	var items []JobEnqueueManyRoutedRow
+	var items []JobEnqueueManyDefinitionsRoutedRow
 	for rows.Next() {
-		var i JobEnqueueManyRoutedRow
+		var i JobEnqueueManyDefinitionsRoutedRow
+		if err := rows.Scan(
+			&i.JobType,
+			&i.DefaultPriority,
+			&i.MaxAttempts,
+			&i.DefaultTimeoutSeconds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobEnqueueManyRouted = `-- name: JobEnqueueManyRouted :many
+INSERT INTO job_queue (
+    id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+    next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key
+)
+SELECT i.id,
+       i.job_types,
+       $1::uuid,
+       i.payloads,
+       ($2::int[])[i.ord],
+       ($3::int[])[i.ord],
+       ($4::int[])[i.ord],
+       CASE WHEN ($5::bool[])[i.ord] THEN ($6::timestamptz[])[i.ord] ELSE now() END,
+       CASE WHEN ($5::bool[])[i.ord] AND ($6::timestamptz[])[i.ord] > now()
+            THEN 'scheduled' ELSE 'queued' END,
+       NULLIF(i.idempotency_keys, ''),
+       i.enqueue_requests,
+       NULLIF(i.execution_resource_keys, '')
+FROM ROWS FROM (unnest($7::uuid[]), unnest($8::text[]), unnest($9::jsonb[]), unnest($10::text[]), unnest($11::jsonb[]), unnest($12::text[])) WITH ORDINALITY AS i(id, job_types, payloads, idempotency_keys, enqueue_requests, execution_resource_keys, ord)
+ORDER BY i.job_types, NULLIF(i.idempotency_keys, ''), i.ord
+ON CONFLICT DO NOTHING
+RETURNING id, job_type, organization_id, payload, status, priority, run_number, attempt, max_attempts, timeout_seconds, next_run_at, lease_expires_at, last_heartbeat_at, worker_id, started_at, finished_at, stage, progress_done, progress_total, progress_pct, checkpoint, idempotency_key, status_reason, last_error_code, last_error_message, created_at, updated_at, enqueue_request, output, execution_resource_key
+`
+
+type JobEnqueueManyRoutedParams struct {
+	OrganizationID        uuid.UUID
+	Priorities            []int32
+	MaxAttempts           []int32
+	TimeoutSeconds        []int32
+	RunAtSet              []bool
+	NextRunAts            []time.Time
+	Ids                   []uuid.UUID
+	JobTypes              []string
+	Payloads              []json.RawMessage
+	IdempotencyKeys       []string
+	EnqueueRequests       []json.RawMessage
+	ExecutionResourceKeys []string
+}
+
+// JobEnqueueManyRouted inserts one tenant's (@organization_id) requests of
+// a bulk enqueue on Citus, those JobEnqueueManyDefinitionsRouted allowed,
+// each with its settings resolved against its definition by the caller
+// (@priorities, @max_attempts and @timeout_seconds set for every
+// request), as JobEnqueueMany does without its events: a run time not
+// set means now() (stage queued; a future time: scheduled), a request
+// whose key or id is taken inserts nothing (ON CONFLICT DO NOTHING, after
+// waiting for an uncommitted competitor), and the rows are inserted in
+// (type, key, position) order. Returns the inserted rows; the library
+// writes their events with JobEventEnqueuedMany, in one transaction. It
+// reads no table: Citus evaluates it on the coordinator and sends the
+// rows to the tenant's shard in one step.
+func (q *Queries) JobEnqueueManyRouted(ctx context.Context, db DBTX, arg JobEnqueueManyRoutedParams) ([]JobQueue, error) {
+	rows, err := db.Query(ctx, jobEnqueueManyRouted,
+		arg.OrganizationID,
+		arg.Priorities,
+		arg.MaxAttempts,
+		arg.TimeoutSeconds,
+		arg.RunAtSet,
+		arg.NextRunAts,
+		arg.Ids,
+		arg.JobTypes,
+		arg.Payloads,
+		arg.IdempotencyKeys,
+		arg.EnqueueRequests,
+		arg.ExecutionResourceKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobQueue
+	for rows.Next() {
+		var i JobQueue
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobType,
@@ -383,38 +391,38 @@ func (q *Queries) JobEnqueueManyRouted(ctx context.Context, db DBTX, arg JobEnqu
 
 const jobEventEnqueuedMany = `-- name: JobEventEnqueuedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
-SELECT $1, e.id, 1, 'ENQUEUED', ($2::text[])[e.ord],
-       jsonb_build_object('job_type', ($3::text[])[e.ord])
-FROM unnest($4::uuid[]) WITH ORDINALITY AS e(id, ord)
+SELECT $1, e.id, 1, 'ENQUEUED', e.stages,
+       jsonb_build_object('job_type', e.job_types)
+FROM ROWS FROM (unnest($2::uuid[]), unnest($3::text[]), unnest($4::text[])) WITH ORDINALITY AS e(id, stages, job_types, ord)
 `
 
 type JobEventEnqueuedManyParams struct {
 	OrganizationID uuid.UUID
+	Ids            []uuid.UUID
 	Stages         []string
 	JobTypes       []string
-	Ids            []uuid.UUID
 }
 
 // JobEventEnqueuedMany writes the ENQUEUED event of each job
-// JobEnqueueManyRouted inserted (@ids with, at the same position, the
+// JobEnqueueManyRouted (or JobEnqueueValuesRouted) inserted (@ids with, at the same position, the
 // stage and type of the row it returned), as JobEnqueueMany's own event.
 // It reads no table, so Citus sends the rows to the tenant's shard in one
 // step.
 func (q *Queries) JobEventEnqueuedMany(ctx context.Context, db DBTX, arg JobEventEnqueuedManyParams) error {
 	_, err := db.Exec(ctx, jobEventEnqueuedMany,
 		arg.OrganizationID,
+		arg.Ids,
 		arg.Stages,
 		arg.JobTypes,
-		arg.Ids,
 	)
 	return err
 }
 
 const jobLockManyByIdempotencyKeyGlobal = `-- name: JobLockManyByIdempotencyKeyGlobal :many
 WITH input AS (
-    SELECT i.job_type, i.ord, ($1::text[])[i.ord] AS idempotency_key,
-           ($2::jsonb[])[i.ord] AS enqueue_request
-    FROM unnest($3::text[]) WITH ORDINALITY AS i(job_type, ord)
+    SELECT i.job_type, i.ord, i.idempotency_keys AS idempotency_key,
+           i.enqueue_requests AS enqueue_request
+    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::jsonb[])) WITH ORDINALITY AS i(job_type, idempotency_keys, enqueue_requests, ord)
 )
 SELECT input.ord::int AS ord, job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (job_queue.enqueue_request = input.enqueue_request)::bool AS same_request
@@ -427,9 +435,9 @@ FOR NO KEY UPDATE OF job_queue
 `
 
 type JobLockManyByIdempotencyKeyGlobalParams struct {
+	JobTypes        []string
 	IdempotencyKeys []string
 	EnqueueRequests []json.RawMessage
-	JobTypes        []string
 }
 
 type JobLockManyByIdempotencyKeyGlobalRow struct {
@@ -445,7 +453,7 @@ type JobLockManyByIdempotencyKeyGlobalRow struct {
 // ord (1-based) of the arrays. Only under READ COMMITTED; otherwise it
 // reads and locks nothing.
 func (q *Queries) JobLockManyByIdempotencyKeyGlobal(ctx context.Context, db DBTX, arg JobLockManyByIdempotencyKeyGlobalParams) ([]JobLockManyByIdempotencyKeyGlobalRow, error) {
-	rows, err := db.Query(ctx, jobLockManyByIdempotencyKeyGlobal, arg.IdempotencyKeys, arg.EnqueueRequests, arg.JobTypes)
+	rows, err := db.Query(ctx, jobLockManyByIdempotencyKeyGlobal, arg.JobTypes, arg.IdempotencyKeys, arg.EnqueueRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -499,9 +507,9 @@ func (q *Queries) JobLockManyByIdempotencyKeyGlobal(ctx context.Context, db DBTX
 
 const jobLockManyByIdempotencyKeyOrg = `-- name: JobLockManyByIdempotencyKeyOrg :many
 WITH input AS (
-    SELECT i.job_type, i.ord, ($2::text[])[i.ord] AS idempotency_key,
-           ($3::jsonb[])[i.ord] AS enqueue_request
-    FROM unnest($4::text[]) WITH ORDINALITY AS i(job_type, ord)
+    SELECT i.job_type, i.ord, i.idempotency_keys AS idempotency_key,
+           i.enqueue_requests AS enqueue_request
+    FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::jsonb[])) WITH ORDINALITY AS i(job_type, idempotency_keys, enqueue_requests, ord)
 )
 SELECT input.ord::int AS ord, job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (job_queue.enqueue_request = input.enqueue_request)::bool AS same_request
@@ -516,9 +524,9 @@ FOR NO KEY UPDATE OF job_queue
 
 type JobLockManyByIdempotencyKeyOrgParams struct {
 	OrganizationID  uuid.UUID
+	JobTypes        []string
 	IdempotencyKeys []string
 	EnqueueRequests []json.RawMessage
-	JobTypes        []string
 }
 
 type JobLockManyByIdempotencyKeyOrgRow struct {
@@ -533,9 +541,9 @@ type JobLockManyByIdempotencyKeyOrgRow struct {
 func (q *Queries) JobLockManyByIdempotencyKeyOrg(ctx context.Context, db DBTX, arg JobLockManyByIdempotencyKeyOrgParams) ([]JobLockManyByIdempotencyKeyOrgRow, error) {
 	rows, err := db.Query(ctx, jobLockManyByIdempotencyKeyOrg,
 		arg.OrganizationID,
+		arg.JobTypes,
 		arg.IdempotencyKeys,
 		arg.EnqueueRequests,
-		arg.JobTypes,
 	)
 	if err != nil {
 		return nil, err
@@ -590,8 +598,8 @@ func (q *Queries) JobLockManyByIdempotencyKeyOrg(ctx context.Context, db DBTX, a
 
 const jobLockManyForEnqueueByID = `-- name: JobLockManyForEnqueueByID :many
 WITH input AS (
-    SELECT i.id, i.ord, ($2::jsonb[])[i.ord] AS enqueue_request
-    FROM unnest($3::uuid[]) WITH ORDINALITY AS i(id, ord)
+    SELECT i.id, i.ord, i.enqueue_requests AS enqueue_request
+    FROM ROWS FROM (unnest($2::uuid[]), unnest($3::jsonb[])) WITH ORDINALITY AS i(id, enqueue_requests, ord)
 )
 SELECT input.ord::int AS ord, job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key,
        (job_queue.enqueue_request IS NOT DISTINCT FROM input.enqueue_request)::bool AS same_request
@@ -605,8 +613,8 @@ FOR NO KEY UPDATE OF job_queue
 
 type JobLockManyForEnqueueByIDParams struct {
 	OrganizationID  uuid.UUID
-	EnqueueRequests []json.RawMessage
 	Ids             []uuid.UUID
+	EnqueueRequests []json.RawMessage
 }
 
 type JobLockManyForEnqueueByIDRow struct {
@@ -619,7 +627,7 @@ type JobLockManyForEnqueueByIDRow struct {
 // caller-chosen ids and locks them FOR NO KEY UPDATE in id order, with
 // same_request as in JobLockForEnqueueByID. Only under READ COMMITTED.
 func (q *Queries) JobLockManyForEnqueueByID(ctx context.Context, db DBTX, arg JobLockManyForEnqueueByIDParams) ([]JobLockManyForEnqueueByIDRow, error) {
-	rows, err := db.Query(ctx, jobLockManyForEnqueueByID, arg.OrganizationID, arg.EnqueueRequests, arg.Ids)
+	rows, err := db.Query(ctx, jobLockManyForEnqueueByID, arg.OrganizationID, arg.Ids, arg.EnqueueRequests)
 	if err != nil {
 		return nil, err
 	}

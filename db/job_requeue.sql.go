@@ -81,7 +81,7 @@ type JobEventListRequeuedForJobRow struct {
 // its requeue history (each event's run is the run that was requeued, its
 // payload the reason and state policy). No lock. (Here and in the probes
 // above the event type is compared as text, so that the plan reads the
-// job's own events, idx_job_events_job_run_id, never the index of every
+// job's own events, a range of job_events' key, never the index of every
 // event of that type.)
 func (q *Queries) JobEventListRequeuedForJob(ctx context.Context, db DBTX, arg JobEventListRequeuedForJobParams) ([]JobEventListRequeuedForJobRow, error) {
 	rows, err := db.Query(ctx, jobEventListRequeuedForJob, arg.OrganizationID, arg.JobID, arg.MaxEvents)
@@ -194,9 +194,9 @@ func (q *Queries) JobEventRequeuedMany(ctx context.Context, db DBTX, arg JobEven
 
 const jobGetForBulkRequeueClassification = `-- name: JobGetForBulkRequeueClassification :many
 WITH input AS (
-    SELECT i.id, ($3::text[])[i.ord] AS expected_status,
-           ($4::int[])[i.ord] AS expected_run_number, i.ord
-    FROM unnest($2::uuid[]) WITH ORDINALITY AS i(id, ord)
+    SELECT i.id, i.expected_statuses AS expected_status,
+           ($3::int[])[i.ord] AS expected_run_number, i.ord
+    FROM ROWS FROM (unnest($2::uuid[]), unnest($4::text[])) WITH ORDINALITY AS i(id, expected_statuses, ord)
 ),
 probed AS MATERIALIZED (
     SELECT input.id, input.ord,
@@ -239,8 +239,8 @@ ORDER BY probed.ord
 type JobGetForBulkRequeueClassificationParams struct {
 	OrganizationID     uuid.UUID
 	Ids                []uuid.UUID
-	ExpectedStatuses   []string
 	ExpectedRunNumbers []int32
+	ExpectedStatuses   []string
 }
 
 type JobGetForBulkRequeueClassificationRow struct {
@@ -267,8 +267,8 @@ func (q *Queries) JobGetForBulkRequeueClassification(ctx context.Context, db DBT
 	rows, err := db.Query(ctx, jobGetForBulkRequeueClassification,
 		arg.OrganizationID,
 		arg.Ids,
-		arg.ExpectedStatuses,
 		arg.ExpectedRunNumbers,
+		arg.ExpectedStatuses,
 	)
 	if err != nil {
 		return nil, err
@@ -422,7 +422,11 @@ requeued AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM target, clock
+    -- The job named by its whole key, not only through target: joined by
+    -- id alone, a tenant the statistics did not know was read whole
+    -- through the key's tenant prefix (TestHotPlansStayBounded).
     WHERE job_queue.organization_id = $1
+      AND job_queue.id = $2
       AND job_queue.id = target.id
     RETURNING job_queue.id, job_queue.job_type, job_queue.organization_id, job_queue.payload, job_queue.status, job_queue.priority, job_queue.run_number, job_queue.attempt, job_queue.max_attempts, job_queue.timeout_seconds, job_queue.next_run_at, job_queue.lease_expires_at, job_queue.last_heartbeat_at, job_queue.worker_id, job_queue.started_at, job_queue.finished_at, job_queue.stage, job_queue.progress_done, job_queue.progress_total, job_queue.progress_pct, job_queue.checkpoint, job_queue.idempotency_key, job_queue.status_reason, job_queue.last_error_code, job_queue.last_error_message, job_queue.created_at, job_queue.updated_at, job_queue.enqueue_request, job_queue.output, job_queue.execution_resource_key
 ),
@@ -718,7 +722,11 @@ requeued AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM target, clock
-    WHERE job_queue.organization_id = $1
+    -- Restricted by the locked rows alone, as in JobCompleteMany: with the
+    -- tenant given as the parameter, a tenant the statistics did not know
+    -- was read whole through the key's tenant prefix and each of its jobs
+    -- paired with every locked row (TestHotPlansStayBounded).
+    WHERE job_queue.organization_id = target.organization_id
       AND job_queue.id = target.id
     RETURNING job_queue.id, job_queue.run_number, job_queue.status, job_queue.job_type
 ),

@@ -50,11 +50,12 @@ type EnqueueManyResult struct {
 // Existing (same request) or a conflict.
 //
 // The jobs and their ENQUEUED events are written by one statement on one
-// server (on Citus: one statement per tenant and one for its events, all
+// server (on Citus: per tenant, a read of its types' definitions, then, in
+// a round trip of its own, an insert, and a statement for its events, all
 // in the same transaction), then the jobs holding the keys or ids of the
 // requests that inserted nothing are locked FOR NO KEY UPDATE and
 // compared, the workers are woken (one notification for the batch) and
-// the transaction commits: two round trips. What is written is all or
+// the transaction commits: two round trips (three on Citus). What is written is all or
 // nothing: an error returned (more than MaxEnqueueMany requests, a
 // database failure) means no job of the batch was written, except that a
 // failed COMMIT matches runledger.ErrCommitUnconfirmed (the outcome is
@@ -139,35 +140,22 @@ func enqueueMany(ctx context.Context, s *txn.Session, reqs []EnqueueRequest) ([]
 	}
 	groups := byTenant(items)
 
-	// Round trip one: [BEGIN,] the inserts.
+	// Round trip one: [BEGIN,] the inserts; on Citus, the definitions of
+	// each tenant's types, and the inserts in a round trip of their own.
 	b := s.Batch(ctx)
 	var one *txn.Step[[]db.JobEnqueueManyRow]
-	routed := make([]*txn.Step[[]db.JobEnqueueManyRoutedRow], len(groups))
-	if !dist {
+	var routed []*txn.Step[[]db.JobQueue]
+	if dist {
+		if routed, err = enqueueManyRouted(ctx, s, b, groups, idempotent); err != nil {
+			return nil, err
+		}
+	} else {
 		one = txn.Queue(b, "enqueue jobs", func(q db.DBTX) ([]db.JobEnqueueManyRow, error) {
 			return queries.JobEnqueueMany(ctx, q, manyParams(items, idempotent))
 		})
-	} else {
-		for gi, g := range groups {
-			probe, err := uuid.NewV7()
-			if err != nil {
-				return nil, errs.JobIDFailed.New("generate probe id: " + err.Error())
-			}
-			p := manyParams(g, idempotent)
-			arg := db.JobEnqueueManyRoutedParams{
-				JobTypes: p.JobTypes, Payloads: p.Payloads, PrioritySet: p.PrioritySet, Priorities: p.Priorities,
-				MaxAttempts: p.MaxAttempts, TimeoutSeconds: p.TimeoutSeconds, RunAtSet: p.RunAtSet,
-				NextRunAts: p.NextRunAts, IdempotencyKeys: p.IdempotencyKeys, EnqueueRequests: p.EnqueueRequests,
-				ExecutionResourceKeys: p.ExecutionResourceKeys, Ids: p.Ids,
-				OrganizationID: g[0].p.OrganizationID, ProbeID: probe, Idempotent: idempotent,
-			}
-			routed[gi] = txn.Queue(b, "enqueue jobs of one tenant", func(q db.DBTX) ([]db.JobEnqueueManyRoutedRow, error) {
-				return queries.JobEnqueueManyRouted(ctx, q, arg)
-			})
+		if err := b.Send(ctx); err != nil {
+			return nil, err
 		}
-	}
-	if err := b.Send(ctx); err != nil {
-		return nil, err
 	}
 	inserted := map[tenantID]db.JobQueue{}
 	if one != nil {
@@ -406,6 +394,90 @@ func manyParams(items []manyItem, idempotent bool) db.JobEnqueueManyParams {
 		a.EnqueueRequests[i] = p.EnqueueRequest
 	}
 	return a
+}
+
+// enqueueManyRouted sends a bulk enqueue's inserts on Citus, where
+// JobEnqueueMany runs in steps through the coordinator: b (the first round
+// trip, with BEGIN in an owned session) gets each tenant's definition read
+// (JobEnqueueManyDefinitionsRouted, share-locking the enabled definitions
+// of its types), and is sent; then a second round trip inserts each
+// tenant's requests of enabled types with their settings resolved against
+// the definitions' defaults (JobEnqueueManyRouted), tenant by tenant in
+// tenant order. Each statement runs in one step on the tenant's shard.
+// It returns each tenant's inserted rows (nil for a tenant with nothing
+// to insert).
+func enqueueManyRouted(ctx context.Context, s *txn.Session, b *txn.Batch, groups [][]manyItem, idempotent bool) ([]*txn.Step[[]db.JobQueue], error) {
+	defs := make([]*txn.Step[[]db.JobEnqueueManyDefinitionsRoutedRow], len(groups))
+	for gi, g := range groups {
+		probe, err := uuid.NewV7()
+		if err != nil {
+			return nil, errs.JobIDFailed.New("generate probe id: " + err.Error())
+		}
+		seen := map[string]bool{}
+		var types []string
+		for _, it := range g {
+			if !seen[it.p.JobType] {
+				seen[it.p.JobType] = true
+				types = append(types, it.p.JobType)
+			}
+		}
+		arg := db.JobEnqueueManyDefinitionsRoutedParams{
+			JobTypes: types, OrganizationID: g[0].p.OrganizationID, ProbeID: probe, Idempotent: idempotent,
+		}
+		defs[gi] = txn.Queue(b, "read job definitions", func(q db.DBTX) ([]db.JobEnqueueManyDefinitionsRoutedRow, error) {
+			return queries.JobEnqueueManyDefinitionsRouted(ctx, q, arg)
+		})
+	}
+	if err := b.Send(ctx); err != nil {
+		return nil, err
+	}
+	routed := make([]*txn.Step[[]db.JobQueue], len(groups))
+	b = s.Batch(ctx)
+	queued := false
+	for gi, g := range groups {
+		byType := map[string]db.JobEnqueueManyDefinitionsRoutedRow{}
+		for _, d := range defs[gi].Val {
+			byType[d.JobType] = d
+		}
+		var allowed []manyItem
+		for _, it := range g {
+			if _, ok := byType[it.p.JobType]; ok {
+				allowed = append(allowed, it)
+			}
+		}
+		if len(allowed) == 0 {
+			continue
+		}
+		p := manyParams(allowed, idempotent)
+		for i, it := range allowed {
+			d := byType[it.p.JobType]
+			if !p.PrioritySet[i] {
+				p.Priorities[i] = d.DefaultPriority
+			}
+			if p.MaxAttempts[i] == 0 {
+				p.MaxAttempts[i] = d.MaxAttempts
+			}
+			if p.TimeoutSeconds[i] == 0 {
+				p.TimeoutSeconds[i] = d.DefaultTimeoutSeconds
+			}
+		}
+		arg := db.JobEnqueueManyRoutedParams{
+			JobTypes: p.JobTypes, OrganizationID: g[0].p.OrganizationID, Payloads: p.Payloads, Priorities: p.Priorities,
+			MaxAttempts: p.MaxAttempts, TimeoutSeconds: p.TimeoutSeconds, RunAtSet: p.RunAtSet, NextRunAts: p.NextRunAts,
+			IdempotencyKeys: p.IdempotencyKeys, EnqueueRequests: p.EnqueueRequests,
+			ExecutionResourceKeys: p.ExecutionResourceKeys, Ids: p.Ids,
+		}
+		routed[gi] = txn.Queue(b, "enqueue jobs of one tenant", func(q db.DBTX) ([]db.JobQueue, error) {
+			return queries.JobEnqueueManyRouted(ctx, q, arg)
+		})
+		queued = true
+	}
+	if queued {
+		if err := b.Send(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return routed, nil
 }
 
 // manyWakes returns the job types whose workers a batch wakes: each type

@@ -11,6 +11,7 @@ import (
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
 	"github.com/runledger-go/runledger/internal/dberr"
+	"github.com/runledger-go/runledger/internal/errs"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
@@ -121,7 +122,8 @@ func claim(ctx context.Context, s *txn.Session, req ClaimRequest) ([]runledger.J
 // less urgent job before a more urgent one of the next tenant listed.
 // Each tenant's claim is statements Citus runs in one step on the tenant's
 // shard (JobClaimTenant; then, only for candidates with an execution
-// resource key, JobClaimTenantKeyed), and the LEASED events of every
+// resource key, JobClaimTenantTakeClaims and JobClaimTenantKeyed in one
+// round trip), and the LEASED events of every
 // tenant are written with the COMMIT (JobEventLeasedMany). Round trips:
 // the listing (with BEGIN), one per tenant claimed from (two when it met
 // keyed candidates), and COMMIT with the events; in a caller's
@@ -180,8 +182,11 @@ func claimTenantByTenant(ctx context.Context, s *txn.Session, req ClaimRequest, 
 
 // claimTenant leases up to limit of one tenant's due jobs, in claim order:
 // JobClaimTenant leases the candidates without an execution resource key
-// and returns those with one still PENDING (locked), which
-// JobClaimTenantKeyed then leases where they take their key's claim.
+// and returns those with one still PENDING (locked). For those, one round
+// trip more: JobClaimTenantTakeClaims takes the claim of each key for its
+// most urgent candidate (the first of the key in claim order), where the
+// key is free, and JobClaimTenantKeyed leases the candidates that took
+// one.
 func claimTenant(ctx context.Context, s *txn.Session, req ClaimRequest, types []string, tenant uuid.UUID, limit int) ([]db.JobQueue, error) {
 	got, err := queries.JobClaimTenant(ctx, s.DB(), db.JobClaimTenantParams{
 		OrganizationID: tenant,
@@ -194,24 +199,35 @@ func claimTenant(ctx context.Context, s *txn.Session, req ClaimRequest, types []
 		return nil, dberr.Translate(ctx, "claim jobs", err)
 	}
 	var keyed []uuid.UUID
+	firstOfKey := map[string]bool{}
 	for _, r := range got {
-		if r.Status != db.JobStatusLEASED {
-			keyed = append(keyed, r.ID)
+		if r.Status == db.JobStatusLEASED || r.ExecutionResourceKey == nil || firstOfKey[*r.ExecutionResourceKey] {
+			continue
 		}
+		firstOfKey[*r.ExecutionResourceKey] = true
+		keyed = append(keyed, r.ID)
 	}
 	var leasedKeyed map[uuid.UUID]db.JobQueue
 	if len(keyed) > 0 {
-		more, err := queries.JobClaimTenantKeyed(ctx, s.DB(), db.JobClaimTenantKeyedParams{
-			OrganizationID: tenant,
-			Ids:            keyed,
-			WorkerID:       req.WorkerID,
-			LeaseSeconds:   req.Lease.Seconds(),
+		b := s.Batch(ctx)
+		taken := txn.Queue(b, "take execution resource claims", func(q db.DBTX) (int64, error) {
+			return queries.JobClaimTenantTakeClaims(ctx, q, db.JobClaimTenantTakeClaimsParams{
+				OrganizationID: tenant, Ids: keyed, WorkerID: req.WorkerID, LeaseSeconds: req.Lease.Seconds(),
+			})
 		})
-		if err != nil {
-			return nil, dberr.Translate(ctx, "claim jobs", err)
+		more := txn.Queue(b, "claim jobs", func(q db.DBTX) ([]db.JobClaimTenantKeyedRow, error) {
+			return queries.JobClaimTenantKeyed(ctx, q, db.JobClaimTenantKeyedParams{
+				OrganizationID: tenant, Ids: keyed, WorkerID: req.WorkerID, LeaseSeconds: req.Lease.Seconds(),
+			})
+		})
+		if err := b.Send(ctx); err != nil {
+			return nil, err
 		}
-		leasedKeyed = make(map[uuid.UUID]db.JobQueue, len(more))
-		for _, r := range more {
+		if int64(len(more.Val)) != taken.Val {
+			return nil, errs.Invariantf("a tenant's claim took %d execution resource claims and leased %d keyed jobs, want as many", taken.Val, len(more.Val))
+		}
+		leasedKeyed = make(map[uuid.UUID]db.JobQueue, len(more.Val))
+		for _, r := range more.Val {
 			leasedKeyed[r.ID] = db.JobQueue(r)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/runledger-go/runledger"
 	"github.com/runledger-go/runledger/db"
-	"github.com/runledger-go/runledger/internal/dberr"
 	"github.com/runledger-go/runledger/internal/rows"
 	"github.com/runledger-go/runledger/internal/txn"
 	"github.com/runledger-go/runledger/internal/validate"
@@ -66,7 +65,8 @@ const recoveryOperation = "expired lease recovery"
 // statement routed to one tenant, it takes the advisory lock (the
 // coordinator's) and lists the tenants holding expired leases, oldest
 // expiry first, then recovers tenant by tenant, one round trip each, for
-// what the limit still allows; the purge and COMMIT close it. Oldest
+// what the limit still allows, each tenant's events written in the next
+// round trip; the last events, the purge and COMMIT close it. Oldest
 // expiry first holds within a tenant, and across tenants in the order
 // they are listed.
 func recoverExpired(ctx context.Context, s *txn.Session, limit int) ([]runledger.Job, error) {
@@ -101,27 +101,48 @@ func recoverExpired(ctx context.Context, s *txn.Session, limit int) ([]runledger
 		return nil, err
 	}
 	jobs := []runledger.Job{}
+	// Each tenant's events go in the round trip of the next tenant's
+	// recovery, the last tenant's with the purge and COMMIT.
+	var events *db.JobEventFailedManyParams
+	queueEvents := func(b *txn.Batch) {
+		if events == nil {
+			return
+		}
+		ev := *events
+		events = nil
+		txn.Queue(b, "record the recovered leases' events", func(q db.DBTX) (struct{}, error) {
+			return struct{}{}, queries.JobEventFailedMany(ctx, q, ev)
+		})
+	}
 	if lock.Val {
 		for _, tenant := range tenants.Val {
 			if len(jobs) >= limit {
 				break
 			}
-			recovered, err := queries.JobRecoverExpiredLeasesTenant(ctx, s.DB(), db.JobRecoverExpiredLeasesTenantParams{
-				OrganizationID: tenant, MaxJobs: int32(limit - len(jobs)),
-				BackoffBaseSeconds: BackoffBase.Seconds(), BackoffMaxSeconds: BackoffMax.Seconds(),
+			b := s.Batch(ctx)
+			queueEvents(b)
+			recovered := txn.Queue(b, "recover expired job leases", func(q db.DBTX) ([]db.JobRecoverExpiredLeasesTenantRow, error) {
+				return queries.JobRecoverExpiredLeasesTenant(ctx, q, db.JobRecoverExpiredLeasesTenantParams{
+					OrganizationID: tenant, MaxJobs: int32(limit - len(jobs)),
+					BackoffBaseSeconds: BackoffBase.Seconds(), BackoffMaxSeconds: BackoffMax.Seconds(),
+				})
 			})
-			if err != nil {
-				return nil, dberr.Translate(ctx, "recover expired job leases", err)
+			if err := b.Send(ctx); err != nil {
+				return nil, err
 			}
-			got, err := rows.All(recovered, func(r db.JobRecoverExpiredLeasesTenantRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
+			got, err := rows.All(recovered.Val, func(r db.JobRecoverExpiredLeasesTenantRow) (runledger.Job, error) { return rows.Job(db.JobQueue(r)) })
 			if err != nil {
 				return nil, err
 			}
 			jobs = append(jobs, got...)
+			if len(recovered.Val) > 0 {
+				events = recoveredEvents(tenant, recovered.Val)
+			}
 		}
 	}
 	b = s.Batch(ctx)
 	if lock.Val {
+		queueEvents(b)
 		purge(ctx, b)
 	}
 	b.Commit(ctx)
@@ -131,6 +152,32 @@ func recoverExpired(ctx context.Context, s *txn.Session, limit int) ([]runledger
 		}
 	}
 	return jobs, nil
+}
+
+// recoveredEvents are the events JobRecoverExpiredLeases writes for the
+// rows JobRecoverExpiredLeasesTenant returned: RETRY_SCHEDULED (with the
+// retry's due time) or DEAD_LETTERED, failure kind LEASE_EXPIRED, the
+// stored error code, without message or progress.
+func recoveredEvents(tenant uuid.UUID, recovered []db.JobRecoverExpiredLeasesTenantRow) *db.JobEventFailedManyParams {
+	ev := &db.JobEventFailedManyParams{OrganizationID: tenant}
+	for _, r := range recovered {
+		code := ""
+		if r.LastErrorCode != nil {
+			code = *r.LastErrorCode
+		}
+		ev.Ids = append(ev.Ids, r.ID)
+		ev.RunNumbers = append(ev.RunNumbers, r.RunNumber)
+		ev.Attempts = append(ev.Attempts, r.Attempt)
+		ev.DeadLettered = append(ev.DeadLettered, r.Status == db.JobStatusDEADLETTERED)
+		ev.Stages = append(ev.Stages, r.Stage)
+		ev.ProgressDone = append(ev.ProgressDone, -1)
+		ev.ProgressTotal = append(ev.ProgressTotal, -1)
+		ev.FailureKinds = append(ev.FailureKinds, "LEASE_EXPIRED")
+		ev.ErrorCodes = append(ev.ErrorCodes, code)
+		ev.ErrorMessages = append(ev.ErrorMessages, "")
+		ev.NextRunAts = append(ev.NextRunAts, r.NextRunAt)
+	}
+	return ev
 }
 
 // purge queues the purge of execution resource claims whose delayed

@@ -312,9 +312,13 @@ events AS (
     WHERE e.organization_id = @organization_id AND e.job_id IN (SELECT id FROM gone)
     RETURNING 1
 ),
+-- The lineage rows by key, from an array built before the delete (an
+-- InitPlan): joined with gone, the planner hashed a scan of every
+-- lineage row of the table once it held a few thousand
+-- (TestHotPlansStayBounded, whose history holds lineage).
 lineage AS (
     DELETE FROM job_replays jr
-    WHERE jr.organization_id = @organization_id AND jr.replay_job_id IN (SELECT id FROM gone)
+    WHERE jr.organization_id = @organization_id AND jr.replay_job_id = ANY(ARRAY(SELECT id FROM gone))
 ),
 deleted AS (
     DELETE FROM job_queue jq

@@ -182,16 +182,23 @@ SELECT id, organization_id FROM job_queue WHERE id = ANY(@ids::uuid[]);
 -- JobClaim leases up to @max_jobs due PENDING jobs of the given types (all
 -- types when the array is empty), of every tenant, to a worker, in one
 -- statement, in claim order: priority high to low, then due time, then
--- age. It walks the distinct priorities of PENDING jobs from the highest
--- (one index descent each) and, within each, reads only the due jobs
--- (priority = p AND next_run_at <= now() is a range of idx_job_queue_claim),
--- so jobs scheduled for later are never read, however many there are.
--- Jobs of a paused type (job_definitions.is_paused) are never candidates:
--- they stay PENDING (passed over in the walk, so a large paused backlog
--- at a priority is read through) until the type is resumed.
--- Candidates are locked FOR UPDATE SKIP LOCKED: rows another transaction
--- holds (a concurrent claimer, a replay holding an existing replay) are
--- passed by. A candidate with an execution resource key is a candidate only
+-- age. The claim index is led by the type (idx_job_queue_claim: job type,
+-- priority, due time, age), so a claim reads only its own types' jobs,
+-- however many jobs of other types come first in the claim order. The
+-- statement walks the distinct priorities of the claimed types' PENDING
+-- jobs from the highest (one index descent per type each) and, within
+-- each, takes the due jobs (a range of the index per type, so jobs
+-- scheduled for later are never read) in two steps: it first reads, with
+-- no lock, up to @max_jobs due jobs of each type and keeps the first
+-- @max_jobs of them in claim order, which tells how many each type gets;
+-- it then locks that many of each type FOR UPDATE SKIP LOCKED, so that a
+-- row another transaction holds (a concurrent claimer, a replay holding an
+-- existing replay) is passed by and the type's next job taken instead,
+-- and never more rows are locked than the batch takes.
+-- The claimed types are the defined ones, less the paused
+-- (job_definitions.is_paused), whose jobs stay PENDING until the type is
+-- resumed; a type given but not defined has no jobs.
+-- A candidate with an execution resource key is a candidate only
 -- while no live claim of its tenant holds its key, and is leased only if it
 -- takes the key's claim (one per key and tenant, the first in claim order;
 -- ON CONFLICT waits for an uncommitted competitor for the key, and takes
@@ -202,31 +209,81 @@ SELECT id, organization_id FROM job_queue WHERE id = ANY(@ids::uuid[]);
 -- statement routed to one tenant: there the claim is JobListTenantsWithDueJobs
 -- then JobClaimTenant tenant by tenant.
 -- name: JobClaim :many
-WITH RECURSIVE priorities (priority) AS (
-    SELECT max(jq.priority) FROM job_queue jq WHERE jq.status = 'PENDING'
+WITH RECURSIVE claim_types (job_type) AS MATERIALIZED (
+    -- An array, unnested: the planner takes it for a few rows, where it
+    -- takes job_definitions, too small for autovacuum to ever analyze,
+    -- for hundreds (and a plan costed so high is compiled, JIT, at every
+    -- claim).
+    SELECT unnest(ARRAY(
+        SELECT d.job_type
+        FROM job_definitions d
+        WHERE NOT d.is_paused
+          AND (cardinality(@job_types::text[]) = 0 OR d.job_type = ANY(@job_types::text[]))))
+),
+priorities (priority) AS (
+    SELECT max(top.priority)
+    FROM claim_types t
+    CROSS JOIN LATERAL (
+        SELECT jq.priority FROM job_queue jq
+        WHERE jq.status = 'PENDING' AND jq.job_type = t.job_type
+        ORDER BY jq.priority DESC
+        LIMIT 1
+    ) top
     UNION ALL
-    SELECT (SELECT max(jq.priority) FROM job_queue jq
-            WHERE jq.status = 'PENDING' AND jq.priority < priorities.priority)
+    SELECT (SELECT max(lower_priority.priority)
+            FROM claim_types t
+            CROSS JOIN LATERAL (
+                SELECT jq.priority FROM job_queue jq
+                WHERE jq.status = 'PENDING' AND jq.job_type = t.job_type AND jq.priority < priorities.priority
+                ORDER BY jq.priority DESC
+                LIMIT 1
+            ) lower_priority)
     FROM priorities
     WHERE priorities.priority IS NOT NULL
 ),
 candidates AS MATERIALIZED (
     SELECT due.organization_id, due.id, due.execution_resource_key, due.priority, due.next_run_at, due.created_at
     FROM priorities
+    -- How many of this priority's due jobs each type gets: its share of
+    -- the first @max_jobs in claim order, read without a lock.
+    CROSS JOIN LATERAL (
+        SELECT first_due.job_type, count(*) AS jobs
+        FROM (
+            SELECT peek.job_type
+            FROM claim_types t
+            CROSS JOIN LATERAL (
+                SELECT jq.job_type, jq.next_run_at, jq.created_at
+                FROM job_queue jq
+                WHERE jq.status = 'PENDING'
+                  AND jq.job_type = t.job_type
+                  AND jq.priority = priorities.priority
+                  AND jq.next_run_at <= now()
+                  AND (
+                      jq.execution_resource_key IS NULL
+                      OR NOT EXISTS (
+                          SELECT 1
+                          FROM job_execution_resource_claims c
+                          WHERE c.organization_id = jq.organization_id
+                            AND c.resource_key = jq.execution_resource_key
+                            AND (c.release_after IS NULL OR c.release_after > now())
+                      )
+                  )
+                ORDER BY jq.next_run_at, jq.created_at
+                LIMIT @max_jobs
+            ) peek
+            ORDER BY peek.next_run_at, peek.created_at
+            LIMIT @max_jobs
+        ) first_due
+        GROUP BY first_due.job_type
+    ) share
+    -- That many of the type's due jobs, locked.
     CROSS JOIN LATERAL (
         SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
         FROM job_queue jq
         WHERE jq.status = 'PENDING'
+          AND jq.job_type = share.job_type
           AND jq.priority = priorities.priority
           AND jq.next_run_at <= now()
-          AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
-          -- A paused type's jobs are passed over. The type is compared as
-          -- an expression (job_type || ''), which has no statistics: for
-          -- the column itself the planner estimates the inequality from
-          -- its distinct values, and for a backlog of one type it expected
-          -- no row to pass, so it read and sorted the whole backlog instead
-          -- of walking the claim index (TestHotPlansStayBounded).
-          AND (jq.job_type || '') <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
           AND (
               jq.execution_resource_key IS NULL
               OR NOT EXISTS (
@@ -238,7 +295,7 @@ candidates AS MATERIALIZED (
               )
           )
         ORDER BY jq.next_run_at, jq.created_at
-        LIMIT @max_jobs
+        LIMIT share.jobs
         FOR UPDATE OF jq SKIP LOCKED
     ) due
     LIMIT @max_jobs
@@ -284,7 +341,11 @@ leased AS (
               SELECT id FROM candidates WHERE execution_resource_key IS NULL
               UNION ALL
               SELECT job_id FROM acquired))
-      AND job_queue.status = 'PENDING'
+    -- No status here: every id is a candidate this statement locked while
+    -- PENDING, so none has changed since. A condition on status would let
+    -- the planner find these rows through the claim index, reading every
+    -- PENDING job of the queue, when its statistics do not know the queue
+    -- (TestHotPlansStayBounded, and the worker bench after a bulk insert).
     RETURNING *
 ),
 event AS (
@@ -314,45 +375,91 @@ ORDER BY max(jq.priority) DESC, min(jq.next_run_at)
 LIMIT @max_tenants;
 
 -- JobClaimTenant is JobClaim for one tenant's jobs (@organization_id),
--- paused types left out as there,
+-- of the claimed types as there (the paused left out),
 -- routed to the tenant's shard on Citus, where the claim runs it tenant by
 -- tenant. Without JobClaim's walk over the priorities (Citus refuses a
--- recursive CTE beside the statement's writes): it reads the tenant's
--- PENDING jobs in claim order on idx_job_queue_tenant_claim (created on
--- Citus only) and passes over those not yet due, so a tenant's jobs
--- scheduled for later at a higher priority than its due ones are read.
--- Like JobClaim it locks up to @max_jobs candidates SKIP LOCKED, but it
--- writes only what Citus runs in one step on the tenant's shard (a SELECT
+-- recursive CTE beside the statement's writes): it reads each claimed
+-- type's PENDING jobs of the tenant in claim order on
+-- idx_job_queue_tenant_claim (tenant, type, priority, due time, age;
+-- created on Citus only) and passes over those not yet due, so a type's
+-- jobs scheduled for later at a higher priority than its due ones are
+-- read; the jobs of the types it does not claim are never read. As in
+-- JobClaim, each type's share of the first @max_jobs due jobs in claim
+-- order is read first without a lock, then that many of each type are
+-- locked SKIP LOCKED. It writes only what Citus runs in one step on the
+-- tenant's shard (a SELECT
 -- and an UPDATE; an INSERT in a CTE, or an INSERT into job_events, whose
 -- id Citus draws on the coordinator, would be planned as steps of their
 -- own whose rows travel through the coordinator to every worker): it
 -- leases the candidates without an execution resource key and returns
 -- them LEASED, and returns the candidates with a key as they are (still
 -- PENDING, locked until the transaction ends), in claim order. The caller
--- then leases those with JobClaimTenantKeyed and writes the LEASED events
--- with JobEventLeasedMany, in the same transaction.
+-- then takes their resource claims with JobClaimTenantTakeClaims, leases
+-- those that took one with JobClaimTenantKeyed, and writes the LEASED
+-- events with JobEventLeasedMany, in the same transaction.
 -- name: JobClaimTenant :many
-WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key
-    FROM job_queue jq
-    WHERE jq.status = 'PENDING'
-      AND jq.organization_id = @organization_id
-      AND jq.next_run_at <= now()
-      AND (cardinality(@job_types::text[]) = 0 OR jq.job_type = ANY(@job_types::text[]))
-      AND jq.job_type <> ALL (ARRAY(SELECT d.job_type FROM job_definitions d WHERE d.is_paused))
-      AND (
-          jq.execution_resource_key IS NULL
-          OR NOT EXISTS (
-              SELECT 1
-              FROM job_execution_resource_claims c
-              WHERE c.organization_id = @organization_id
-                AND c.resource_key = jq.execution_resource_key
-                AND (c.release_after IS NULL OR c.release_after > now())
+WITH claim_types (job_type) AS MATERIALIZED (
+    -- An array, unnested, as in JobClaim.
+    SELECT unnest(ARRAY(
+        SELECT d.job_type
+        FROM job_definitions d
+        WHERE NOT d.is_paused
+          AND (cardinality(@job_types::text[]) = 0 OR d.job_type = ANY(@job_types::text[]))))
+),
+share AS MATERIALIZED (
+    SELECT first_due.job_type, count(*) AS jobs
+    FROM (
+        SELECT peek.job_type
+        FROM claim_types t
+        CROSS JOIN LATERAL (
+            SELECT jq.job_type, jq.priority, jq.next_run_at, jq.created_at
+            FROM job_queue jq
+            WHERE jq.status = 'PENDING'
+              AND jq.organization_id = @organization_id
+              AND jq.job_type = t.job_type
+              AND jq.next_run_at <= now()
+              AND (
+                  jq.execution_resource_key IS NULL
+                  OR NOT EXISTS (
+                      SELECT 1
+                      FROM job_execution_resource_claims c
+                      WHERE c.organization_id = @organization_id
+                        AND c.resource_key = jq.execution_resource_key
+                        AND (c.release_after IS NULL OR c.release_after > now())
+                  )
+              )
+            ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
+            LIMIT @max_jobs
+        ) peek
+        ORDER BY peek.priority DESC, peek.next_run_at, peek.created_at
+        LIMIT @max_jobs
+    ) first_due
+    GROUP BY first_due.job_type
+),
+candidates AS MATERIALIZED (
+    SELECT due.organization_id, due.id, due.execution_resource_key
+    FROM share
+    CROSS JOIN LATERAL (
+        SELECT jq.organization_id, jq.id, jq.execution_resource_key
+        FROM job_queue jq
+        WHERE jq.status = 'PENDING'
+          AND jq.organization_id = @organization_id
+          AND jq.job_type = share.job_type
+          AND jq.next_run_at <= now()
+          AND (
+              jq.execution_resource_key IS NULL
+              OR NOT EXISTS (
+                  SELECT 1
+                  FROM job_execution_resource_claims c
+                  WHERE c.organization_id = @organization_id
+                    AND c.resource_key = jq.execution_resource_key
+                    AND (c.release_after IS NULL OR c.release_after > now())
+              )
           )
-      )
-    ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
-    LIMIT @max_jobs
-    FOR UPDATE OF jq SKIP LOCKED
+        ORDER BY jq.priority DESC, jq.next_run_at, jq.created_at
+        LIMIT share.jobs
+        FOR UPDATE OF jq SKIP LOCKED
+    ) due
 ),
 leased AS (
     UPDATE job_queue
@@ -367,7 +474,7 @@ leased AS (
         stage = 'running'
     WHERE job_queue.id = ANY(ARRAY(SELECT id FROM candidates WHERE execution_resource_key IS NULL))
       AND job_queue.organization_id = @organization_id
-      AND job_queue.status = 'PENDING'
+    -- No status here, as in JobClaim: the candidates are locked, PENDING.
     RETURNING *
 )
 SELECT * FROM leased
@@ -378,48 +485,50 @@ JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = c.id
 WHERE c.execution_resource_key IS NOT NULL
 ORDER BY priority DESC, next_run_at, created_at;
 
--- JobClaimTenantKeyed leases the candidates with an execution resource key
--- that JobClaimTenant returned PENDING (@ids, locked by it in the same
--- transaction), as JobClaim does: one resource claim per key and tenant,
--- taken by the key's most urgent candidate if the key is free (or its
--- claim released and past release_after), and only a candidate that took
--- its key's claim is leased. It returns the leased jobs in claim order;
--- their LEASED events are written by JobEventLeasedMany. On Citus it runs
--- in steps (its INSERT in a CTE), only when a claim met keyed jobs.
+-- JobClaimTenantTakeClaims takes, for a tenant's claim on Citus, the
+-- execution resource claims of the keyed candidates JobClaimTenant returned
+-- PENDING (locked by it in the same transaction): @ids holds one candidate
+-- per resource key, the key's most urgent (the caller picks the first of
+-- each key in JobClaimTenant's claim order), and a candidate takes its key's
+-- claim if the key is free or its claim released and past release_after,
+-- as in JobClaim. The claim is written for the lease JobClaimTenantKeyed
+-- then gives: the candidate's run, its next attempt, @worker_id, and the
+-- lease's expiry. It returns how many claims it took. An INSERT ... SELECT
+-- from the tenant's own job_queue rows, with no CTE: Citus pushes it down
+-- to the tenant's shard in one step.
+-- name: JobClaimTenantTakeClaims :execrows
+INSERT INTO job_execution_resource_claims AS rc (
+    organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+)
+SELECT jq.organization_id, jq.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
+       @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
+FROM job_queue jq
+WHERE jq.organization_id = @organization_id
+  AND jq.id = ANY(@ids::uuid[])
+  AND jq.status = 'PENDING'
+  AND jq.execution_resource_key IS NOT NULL
+ON CONFLICT (organization_id, resource_key) DO UPDATE
+SET job_id = EXCLUDED.job_id,
+    run_number = EXCLUDED.run_number,
+    attempt = EXCLUDED.attempt,
+    worker_id = EXCLUDED.worker_id,
+    lease_expires_at = EXCLUDED.lease_expires_at,
+    release_after = NULL,
+    acquired_at = EXCLUDED.acquired_at
+WHERE rc.release_after IS NOT NULL
+  AND rc.release_after <= EXCLUDED.acquired_at;
+
+-- JobClaimTenantKeyed leases the keyed candidates of a tenant's claim on
+-- Citus (@ids, locked by JobClaimTenant in the same transaction) that hold
+-- the claim for the lease: the resource claim of their key names the job,
+-- its run, its next attempt and @worker_id, unreleased, as
+-- JobClaimTenantTakeClaims wrote it just before (the lease trigger checks
+-- the same). A candidate whose key another job holds stays PENDING. It
+-- returns the leased jobs in claim order; their LEASED events are written
+-- by JobEventLeasedMany. An UPDATE over the tenant's rows only: one step
+-- on Citus, sent in the round trip of JobClaimTenantTakeClaims.
 -- name: JobClaimTenantKeyed :many
-WITH candidates AS MATERIALIZED (
-    SELECT jq.organization_id, jq.id, jq.execution_resource_key, jq.priority, jq.next_run_at, jq.created_at
-    FROM job_queue jq
-    WHERE jq.organization_id = @organization_id
-      AND jq.id = ANY(@ids::uuid[])
-      AND jq.status = 'PENDING'
-      AND jq.execution_resource_key IS NOT NULL
-    FOR UPDATE OF jq
-),
-acquired AS (
-    INSERT INTO job_execution_resource_claims AS rc (
-        organization_id, resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
-    )
-    SELECT DISTINCT ON (candidates.organization_id, candidates.execution_resource_key)
-           candidates.organization_id, candidates.execution_resource_key, jq.id, jq.run_number, jq.attempt + 1,
-           @worker_id::text, now() + make_interval(secs => @lease_seconds::float8)
-    FROM candidates
-    JOIN job_queue jq ON jq.organization_id = @organization_id AND jq.id = candidates.id
-    ORDER BY candidates.organization_id, candidates.execution_resource_key,
-             candidates.priority DESC, candidates.next_run_at, candidates.created_at
-    ON CONFLICT (organization_id, resource_key) DO UPDATE
-    SET job_id = EXCLUDED.job_id,
-        run_number = EXCLUDED.run_number,
-        attempt = EXCLUDED.attempt,
-        worker_id = EXCLUDED.worker_id,
-        lease_expires_at = EXCLUDED.lease_expires_at,
-        release_after = NULL,
-        acquired_at = EXCLUDED.acquired_at
-    WHERE rc.release_after IS NOT NULL
-      AND rc.release_after <= EXCLUDED.acquired_at
-    RETURNING rc.job_id
-),
-leased AS (
+WITH leased AS (
     UPDATE job_queue
     SET updated_at = now(),
         status = 'LEASED',
@@ -430,11 +539,18 @@ leased AS (
         started_at = now(),
         finished_at = NULL,
         stage = 'running'
-    -- An array built before the update starts (an InitPlan), so that every
-    -- resource claim is in place when the lease trigger checks for it.
-    WHERE job_queue.id = ANY(ARRAY(SELECT job_id FROM acquired))
-      AND job_queue.organization_id = @organization_id
-      AND job_queue.status = 'PENDING'
+    WHERE job_queue.organization_id = @organization_id
+      AND job_queue.id = ANY(@ids::uuid[])
+      -- No status here, as in JobClaim: the candidates are locked, PENDING,
+      -- by JobClaimTenant in this transaction.
+      AND EXISTS (SELECT 1 FROM job_execution_resource_claims c
+                  WHERE c.organization_id = @organization_id
+                    AND c.resource_key = job_queue.execution_resource_key
+                    AND c.job_id = job_queue.id
+                    AND c.run_number = job_queue.run_number
+                    AND c.attempt = job_queue.attempt + 1
+                    AND c.worker_id = @worker_id::text
+                    AND c.release_after IS NULL)
     RETURNING *
 )
 SELECT * FROM leased
@@ -449,10 +565,10 @@ ORDER BY priority DESC, next_run_at, created_at;
 -- name: JobEventLeasedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
 SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'LEASED',
-       (@stages::text[])[e.ord],
+       e.stages,
        jsonb_build_object('worker_id', @worker_id::text,
                           'lease_expires_at', (@lease_expires_ats::timestamptz[])[e.ord])
-FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@stages::text[])) WITH ORDINALITY AS e(id, stages, ord);
 
 -- The worker's writes. Each takes one tenant (@organization_id) and a
 -- batch of its leases as parallel arrays (@ids with, at the same position,
@@ -466,17 +582,18 @@ FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 -- over several tenants is one statement per tenant, each routed to its
 -- tenant's shard on Citus.
 --
--- Lock order: JobCompleteMany, JobFailMany and JobHeartbeatMany first
--- lock the leases they may change in id order (their locked CTE: a Sort
--- under the LockRows, so the rows are locked as they leave the sort) and
--- only then write them, and the library sends a batch's tenants in tenant
+-- Lock order: JobCompleteMany, JobFailMany, JobHeartbeatMany and
+-- JobReleaseMany first lock the leases they may change in id order (their locked CTE: the
+-- entries sorted by id, each job looked up by its key and locked in a
+-- lateral subquery, one entry after the other) and only then write
+-- exactly the rows they locked, and the library sends a batch's tenants in tenant
 -- order, all in one transaction. So those writes take their row locks in
 -- (organization_id, id) order, and two of them (a heartbeat round beside
 -- a completion batch of the same worker) can wait for each other but
--- never in a cycle. The Routed forms Citus runs, and JobReleaseMany, keep
--- the plain join: on Citus a second CTE over the input is planned in
--- steps (its now() then taken on the worker node, and the one-server
--- release's intermediate results refused), so there the order rests on
+-- never in a cycle. The Routed forms Citus runs keep the plain join: on
+-- Citus a second CTE over the input is planned in steps (its now() then
+-- taken on the worker node, its intermediate results refused in a
+-- routed write), so there the order rests on
 -- the worker sending every batch sorted by (tenant, id), which the join
 -- on the sorted input array follows. The claim and the lease recovery
 -- lock with SKIP LOCKED and never wait for a job's row.
@@ -490,53 +607,59 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
-           (@outputs::jsonb[])[i.ord] AS output,
+           i.worker_ids AS worker_id,
+           i.outputs AS output,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup; and the ids as an array,
-      -- so that the primary key's range is the tenant's batch and not the
-      -- tenant, even under statistics taken before the queue grew (the
-      -- audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY(@ids::uuid[])
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[]), unnest(@outputs::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, outputs, ord)
 ),
 clock AS (
     SELECT now() AS now, clock_timestamp() AS at
+),
+-- Each entry's job is found by its key, from the entry (a lateral
+-- subquery runs once per entry, in the sorted entries' order), whatever
+-- the planner estimates: a join of the jobs with the entries, estimated
+-- at one job (the status as text, a tenant the statistics do not know),
+-- paired every job with every entry, a batch squared
+-- (TestHotPlansStayBounded). The update then changes the rows locked
+-- here and only those (they are locked, so none changed since), joined
+-- by tenant and id and restricted by nothing else: the planner has no
+-- cheap way to the jobs but the locked rows, so it cannot read the jobs
+-- first (through an index of the tenant, estimated at one row under
+-- statistics that predate the queue) and pair each with every locked
+-- row. The tenant is the locked rows' column, so on Citus this
+-- one-server form would span the shards; the library sends Citus the
+-- Routed form instead.
+locked AS MATERIALIZED (
+    SELECT input.*, @organization_id::uuid AS organization_id
+    FROM (SELECT * FROM input ORDER BY id) input
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM job_queue jq
+        WHERE jq.organization_id = @organization_id
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > clock.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 completed AS (
     UPDATE job_queue jq
     SET updated_at = now(),
         status = 'SUCCEEDED',
         stage = 'completed',
-        output = input.output,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
+        output = locked.output,
+        progress_done = COALESCE(locked.progress_done, jq.progress_done),
+        progress_total = COALESCE(locked.progress_total, jq.progress_total),
         finished_at = clock.now,
         lease_expires_at = NULL
-    FROM input, clock, locked
-    WHERE jq.organization_id = @organization_id
-      AND jq.id = input.id
+    FROM locked, clock
+    WHERE jq.organization_id = locked.organization_id
       AND jq.id = locked.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY(@ids::uuid[])
-      AND jq.lease_expires_at > clock.at
     RETURNING jq.*
 ),
 event AS (
@@ -565,11 +688,11 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
-           (@outputs::jsonb[])[i.ord] AS output,
+           i.worker_ids AS worker_id,
+           i.outputs AS output,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[]), unnest(@outputs::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, outputs, ord)
 ),
 completed AS (
     UPDATE job_queue jq
@@ -602,10 +725,10 @@ SELECT * FROM completed;
 -- name: JobEventSucceededMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'SUCCEEDED',
-       (@stages::text[])[e.ord],
+       e.stages,
        NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
-       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord])
-FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+       jsonb_build_object('worker_id', e.worker_ids)
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@stages::text[]), unnest(@worker_ids::text[])) WITH ORDINALITY AS e(id, stages, worker_ids, ord);
 
 -- JobFailMany records failed attempts of leased jobs. A job with attempts
 -- left whose entry is not terminal goes back to PENDING, stage scheduled,
@@ -624,67 +747,58 @@ input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
+           i.worker_ids AS worker_id,
            (@terminal::bool[])[i.ord] AS terminal,
-           (@failure_kinds::text[])[i.ord] AS failure_kind,
+           i.failure_kinds AS failure_kind,
            (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
-           NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
-           NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           NULLIF(i.error_codes, '') AS error_code,
+           NULLIF(i.error_messages, '') AS error_message,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
-           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           i.checkpoints AS checkpoint,
            clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[]), unnest(@failure_kinds::text[]), unnest(@error_codes::text[]), unnest(@error_messages::text[]), unnest(@checkpoints::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, failure_kinds, error_codes, error_messages, checkpoints, ord)
     CROSS JOIN clock
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup; and the ids as an array,
-      -- so that the primary key's range is the tenant's batch and not the
-      -- tenant, even under statistics taken before the queue grew (the
-      -- audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY(@ids::uuid[])
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    SELECT input.*, @organization_id::uuid AS organization_id
+    FROM (SELECT * FROM input ORDER BY id) input
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM job_queue jq
+        WHERE jq.organization_id = @organization_id
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > input.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 failed AS (
     UPDATE job_queue jq
     SET updated_at = now(),
-        status = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+        status = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts
                       THEN 'DEAD_LETTERED'::job_status ELSE 'PENDING'::job_status END,
-        stage = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+        stage = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts
                      THEN jq.stage ELSE 'scheduled' END,
-        next_run_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts
+        next_run_at = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts
                            THEN jq.next_run_at
-                           ELSE input.retry_at END,
-        finished_at = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN input.now END,
-        worker_id = CASE WHEN input.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
+                           ELSE locked.retry_at END,
+        finished_at = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts THEN locked.now END,
+        worker_id = CASE WHEN locked.terminal OR jq.attempt >= jq.max_attempts THEN jq.worker_id END,
         lease_expires_at = NULL,
-        last_error_code = input.error_code,
-        last_error_message = input.error_message,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
-        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
-    FROM input, locked
-    WHERE jq.organization_id = @organization_id
-      AND jq.id = input.id
+        last_error_code = locked.error_code,
+        last_error_message = locked.error_message,
+        progress_done = COALESCE(locked.progress_done, jq.progress_done),
+        progress_total = COALESCE(locked.progress_total, jq.progress_total),
+        checkpoint = COALESCE(locked.checkpoint, jq.checkpoint)
+    FROM locked
+    WHERE jq.organization_id = locked.organization_id
       AND jq.id = locked.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY(@ids::uuid[])
-      AND jq.lease_expires_at > input.at
-    RETURNING jq.*, input.failure_kind
+    RETURNING jq.*, locked.failure_kind
 ),
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
@@ -715,18 +829,18 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
+           i.worker_ids AS worker_id,
            (@terminal::bool[])[i.ord] AS terminal,
-           (@failure_kinds::text[])[i.ord] AS failure_kind,
+           i.failure_kinds AS failure_kind,
            (@retry_delay_seconds::float8[])[i.ord] AS retry_delay_seconds,
-           NULLIF((@error_codes::text[])[i.ord], '') AS error_code,
-           NULLIF((@error_messages::text[])[i.ord], '') AS error_message,
+           NULLIF(i.error_codes, '') AS error_code,
+           NULLIF(i.error_messages, '') AS error_message,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
-           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           i.checkpoints AS checkpoint,
            clock.now + make_interval(secs => (@retry_delay_seconds::float8[])[i.ord]) AS retry_at,
            clock.now, clock.at
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[]), unnest(@failure_kinds::text[]), unnest(@error_codes::text[]), unnest(@error_messages::text[]), unnest(@checkpoints::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, failure_kinds, error_codes, error_messages, checkpoints, ord)
     CROSS JOIN (SELECT now() AS now, statement_timestamp() AS at OFFSET 0) clock
 ),
 failed AS (
@@ -765,7 +879,8 @@ SELECT id, job_type, organization_id, payload, status, priority, run_number, att
 FROM failed;
 
 -- JobEventFailedMany writes the event of each failed attempt
--- JobFailManyRouted recorded (@ids with, at the same position, the run,
+-- JobFailManyRouted (or, for an expired lease, JobRecoverExpiredLeasesTenant)
+-- recorded (@ids with, at the same position, the run,
 -- attempt, stage, whether the job was DEAD_LETTERED, the failure kind,
 -- the stored error code and message ('' for none), the progress (-1:
 -- NULL) and the retry's due time of the row it returned), as
@@ -776,14 +891,14 @@ INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type
 SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord],
        CASE WHEN (@dead_lettered::bool[])[e.ord] THEN 'DEAD_LETTERED'::job_event_type
             ELSE 'RETRY_SCHEDULED'::job_event_type END,
-       (@stages::text[])[e.ord],
+       e.stages,
        NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
        jsonb_strip_nulls(jsonb_build_object(
-           'failure_kind', (@failure_kinds::text[])[e.ord],
-           'error_code', NULLIF((@error_codes::text[])[e.ord], ''),
-           'error_message', NULLIF((@error_messages::text[])[e.ord], ''),
+           'failure_kind', e.failure_kinds,
+           'error_code', NULLIF(e.error_codes, ''),
+           'error_message', NULLIF(e.error_messages, ''),
            'next_run_at', CASE WHEN NOT (@dead_lettered::bool[])[e.ord] THEN (@next_run_ats::timestamptz[])[e.ord] END))
-FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@stages::text[]), unnest(@failure_kinds::text[]), unnest(@error_codes::text[]), unnest(@error_messages::text[])) WITH ORDINALITY AS e(id, stages, failure_kinds, error_codes, error_messages, ord);
 
 -- JobHeartbeatMany renews held leases: lease_expires_at = the database
 -- clock + the entry's lease, last_heartbeat_at = the clock, and, where the
@@ -801,55 +916,49 @@ input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
+           i.worker_ids AS worker_id,
            clock.at + make_interval(secs => (@lease_seconds::float8[])[i.ord]) AS lease_until,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
-           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           i.checkpoints AS checkpoint,
            clock.at
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[]), unnest(@checkpoints::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, checkpoints, ord)
     CROSS JOIN clock
 ),
 locked AS MATERIALIZED (
-    SELECT jq.id, jq.progress_done, jq.progress_total, jq.checkpoint
-    FROM job_queue jq
-    JOIN input ON input.id = jq.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup; and the ids as an array,
-      -- so that the primary key's range is the tenant's batch and not the
-      -- tenant, even under statistics taken before the queue grew (the
-      -- audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY(@ids::uuid[])
-    ORDER BY jq.id
-    FOR NO KEY UPDATE OF jq
+    SELECT input.*, @organization_id::uuid AS organization_id,
+           lease.progress_done AS stored_progress_done,
+           lease.progress_total AS stored_progress_total,
+           lease.checkpoint AS stored_checkpoint
+    FROM (SELECT * FROM input ORDER BY id) input
+    CROSS JOIN LATERAL (
+        SELECT jq.progress_done, jq.progress_total, jq.checkpoint
+        FROM job_queue jq
+        WHERE jq.organization_id = @organization_id
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > input.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 beat AS (
     UPDATE job_queue jq
     SET updated_at = now(),
-        lease_expires_at = input.lease_until,
-        last_heartbeat_at = input.at,
-        progress_done = COALESCE(input.progress_done, jq.progress_done),
-        progress_total = COALESCE(input.progress_total, jq.progress_total),
-        checkpoint = COALESCE(input.checkpoint, jq.checkpoint)
-    FROM input
-    JOIN locked before ON before.id = input.id
-    WHERE jq.organization_id = @organization_id
-      AND jq.id = input.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      AND jq.status::text = 'LEASED'
-      AND jq.id = ANY(@ids::uuid[])
-      AND jq.lease_expires_at > input.at
+        lease_expires_at = locked.lease_until,
+        last_heartbeat_at = locked.at,
+        progress_done = COALESCE(locked.progress_done, jq.progress_done),
+        progress_total = COALESCE(locked.progress_total, jq.progress_total),
+        checkpoint = COALESCE(locked.checkpoint, jq.checkpoint)
+    FROM locked
+    WHERE jq.organization_id = locked.organization_id
+      AND jq.id = locked.id
     RETURNING jq.organization_id, jq.id, jq.run_number, jq.attempt, jq.stage, jq.lease_expires_at,
               jq.last_heartbeat_at, jq.progress_done, jq.progress_total, jq.worker_id,
-              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (before.progress_done, before.progress_total)
-               OR jq.checkpoint IS DISTINCT FROM before.checkpoint)::bool AS changed
+              ((jq.progress_done, jq.progress_total) IS DISTINCT FROM (locked.stored_progress_done, locked.stored_progress_total)
+               OR jq.checkpoint IS DISTINCT FROM locked.stored_checkpoint)::bool AS changed
 ),
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
@@ -872,13 +981,13 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id,
+           i.worker_ids AS worker_id,
            clock.at + make_interval(secs => (@lease_seconds::float8[])[i.ord]) AS lease_until,
            NULLIF((@progress_done::bigint[])[i.ord], -1) AS progress_done,
            NULLIF((@progress_total::bigint[])[i.ord], -1) AS progress_total,
-           (@checkpoints::jsonb[])[i.ord] AS checkpoint,
+           i.checkpoints AS checkpoint,
            clock.at
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[]), unnest(@checkpoints::jsonb[])) WITH ORDINALITY AS i(id, worker_ids, checkpoints, ord)
     CROSS JOIN (SELECT statement_timestamp() AS at OFFSET 0) clock
 ),
 beat AS (
@@ -915,10 +1024,10 @@ FROM beat;
 -- name: JobEventProgressMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload)
 SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'PROGRESS',
-       (@stages::text[])[e.ord],
+       e.stages,
        NULLIF((@progress_done::bigint[])[e.ord], -1), NULLIF((@progress_total::bigint[])[e.ord], -1),
-       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord])
-FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+       jsonb_build_object('worker_id', e.worker_ids)
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@stages::text[]), unnest(@worker_ids::text[])) WITH ORDINALITY AS e(id, stages, worker_ids, ord);
 
 -- JobReleaseMany hands leased jobs a worker has not started back, without
 -- spending their attempt: PENDING again at attempt - 1, stage queued,
@@ -930,11 +1039,35 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+           i.worker_ids AS worker_id
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[])) WITH ORDINALITY AS i(id, worker_ids, ord)
 ),
 clock AS (
     SELECT clock_timestamp() AS at
+),
+-- As in JobCompleteMany: each entry's job is found by its key and locked
+-- in a lateral subquery, entries in id order, and the update changes the
+-- rows locked and only those. Joined with the entries, a tenant the
+-- statistics did not know was read whole for every batch
+-- (TestHotPlansStayBounded). The status is compared as text, so that no
+-- partial index on status (the live jobs', the leases' expiry) serves
+-- the lookup instead of the key.
+locked AS MATERIALIZED (
+    SELECT input.id, input.worker_id, @organization_id::uuid AS organization_id
+    FROM (SELECT * FROM input ORDER BY id) input
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM job_queue jq
+        WHERE jq.organization_id = @organization_id
+          AND jq.id = input.id
+          AND jq.run_number = input.run_number
+          AND jq.attempt = input.attempt
+          AND jq.worker_id = input.worker_id
+          AND jq.status::text = 'LEASED'
+          AND jq.lease_expires_at > clock.at
+        FOR NO KEY UPDATE OF jq
+    ) lease
 ),
 released AS (
     UPDATE job_queue jq
@@ -946,19 +1079,10 @@ released AS (
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         started_at = NULL
-    FROM input, clock
-    WHERE jq.organization_id = @organization_id
-      AND jq.id = input.id
-      AND jq.run_number = input.run_number
-      AND jq.attempt = input.attempt
-      AND jq.worker_id = input.worker_id
-      -- status as text: a partial index on status (the live jobs', the
-      -- leases' expiry) cannot serve this lookup, so the plan stays
-      -- the lookup by primary key even under statistics taken before
-      -- the queue grew (the audit: TestHotPlansStayBounded).
-      AND jq.status::text = 'LEASED'
-      AND jq.lease_expires_at > clock.at
-    RETURNING jq.*, input.worker_id AS released_by
+    FROM locked
+    WHERE jq.organization_id = locked.organization_id
+      AND jq.id = locked.id
+    RETURNING jq.*, locked.worker_id AS released_by
 ),
 event AS (
     INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
@@ -985,8 +1109,8 @@ WITH input AS (
     SELECT i.id,
            (@run_numbers::int[])[i.ord] AS run_number,
            (@attempts::int[])[i.ord] AS attempt,
-           (@worker_ids::text[])[i.ord] AS worker_id
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+           i.worker_ids AS worker_id
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@worker_ids::text[])) WITH ORDINALITY AS i(id, worker_ids, ord)
 ),
 released AS (
     UPDATE job_queue jq
@@ -1018,9 +1142,9 @@ SELECT * FROM released;
 -- name: JobEventReleasedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
 SELECT @organization_id, e.id, (@run_numbers::int[])[e.ord], (@attempts::int[])[e.ord], 'STAGE_CHANGED',
-       (@stages::text[])[e.ord],
-       jsonb_build_object('worker_id', (@worker_ids::text[])[e.ord], 'released', true)
-FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+       e.stages,
+       jsonb_build_object('worker_id', e.worker_ids, 'released', true)
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@stages::text[]), unnest(@worker_ids::text[])) WITH ORDINALITY AS e(id, stages, worker_ids, ord);
 
 -- JobCancel cancels a PENDING or LEASED job of the caller's tenant,
 -- records the reason as status_reason and writes one CANCELED event. A
@@ -1095,8 +1219,8 @@ VALUES (@organization_id, @job_id, @run_number::int, NULLIF(@attempt::int, 0), '
 -- DEAD_LETTERED with a DEAD_LETTERED event. Leaving LEASED releases any
 -- resource claim (trigger). Over every tenant, so not on Citus: there
 -- recovery is JobListTenantsWithExpiredLeases, then
--- JobRecoverExpiredLeasesTenant tenant by tenant, under the lock that
--- TransactionTryRecoveryLock takes.
+-- JobRecoverExpiredLeasesTenant tenant by tenant (and its events,
+-- JobEventFailedMany), under the lock that TransactionTryRecoveryLock takes.
 -- name: JobRecoverExpiredLeases :many
 WITH clock AS (
     SELECT now() AS now, clock_timestamp() AS at
@@ -1160,8 +1284,14 @@ ORDER BY min(lease_expires_at)
 LIMIT @max_tenants;
 
 -- JobRecoverExpiredLeasesTenant is JobRecoverExpiredLeases for one tenant
--- (@organization_id), routed to its shard on Citus; the caller holds the
--- recovery lock (TransactionTryRecoveryLock).
+-- (@organization_id), on Citus, where recovery goes tenant by tenant; the
+-- caller holds the recovery lock (TransactionTryRecoveryLock). Without its
+-- events: an INSERT in a CTE would make Citus plan the statement in steps
+-- through the coordinator. JobEventFailedMany writes them from the rows it
+-- returned, in its transaction (failure kind LEASE_EXPIRED, the stored
+-- error code, no message, no progress: JobRecoverExpiredLeases's events).
+-- A locking SELECT and an UPDATE over the tenant's rows: one step on the
+-- tenant's shard.
 -- name: JobRecoverExpiredLeasesTenant :many
 WITH expired AS (
     SELECT job_queue.organization_id, job_queue.id, now() AS now,
@@ -1191,18 +1321,6 @@ recovered AS (
     WHERE jq.organization_id = @organization_id
       AND jq.id = expired.id
     RETURNING jq.*
-),
-event AS (
-    INSERT INTO job_events (organization_id, job_id, run_number, attempt, event_type, stage, payload)
-    SELECT organization_id, id, run_number, attempt,
-           CASE WHEN status = 'DEAD_LETTERED' THEN 'DEAD_LETTERED'::job_event_type
-                ELSE 'RETRY_SCHEDULED'::job_event_type END,
-           stage,
-           jsonb_strip_nulls(jsonb_build_object(
-               'failure_kind', 'LEASE_EXPIRED',
-               'error_code', last_error_code,
-               'next_run_at', CASE WHEN status = 'PENDING' THEN next_run_at END))
-    FROM recovered
 )
 SELECT * FROM recovered;
 

@@ -28,16 +28,16 @@ input AS (
     SELECT i.id,
            i.ord,
            (@organization_ids::uuid[])[i.ord] AS organization_id,
-           (@job_types::text[])[i.ord] AS job_type,
-           (@payloads::jsonb[])[i.ord] AS payload,
+           i.job_types AS job_type,
+           i.payloads AS payload,
            CASE WHEN (@priority_set::bool[])[i.ord] THEN (@priorities::int[])[i.ord] END AS priority,
            NULLIF((@max_attempts::int[])[i.ord], 0) AS max_attempts,
            NULLIF((@timeout_seconds::int[])[i.ord], 0) AS timeout_seconds,
            CASE WHEN (@run_at_set::bool[])[i.ord] THEN (@next_run_ats::timestamptz[])[i.ord] END AS next_run_at,
-           NULLIF((@idempotency_keys::text[])[i.ord], '') AS idempotency_key,
-           (@enqueue_requests::jsonb[])[i.ord] AS enqueue_request,
-           NULLIF((@execution_resource_keys::text[])[i.ord], '') AS execution_resource_key
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+           NULLIF(i.idempotency_keys, '') AS idempotency_key,
+           i.enqueue_requests AS enqueue_request,
+           NULLIF(i.execution_resource_keys, '') AS execution_resource_key
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@job_types::text[]), unnest(@payloads::jsonb[]), unnest(@idempotency_keys::text[]), unnest(@enqueue_requests::jsonb[]), unnest(@execution_resource_keys::text[])) WITH ORDINALITY AS i(id, job_types, payloads, idempotency_keys, enqueue_requests, execution_resource_keys, ord)
 ),
 definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
@@ -76,70 +76,72 @@ event AS (
 )
 SELECT * FROM inserted;
 
--- JobEnqueueManyRouted is JobEnqueueMany for one tenant
--- (@organization_id) without its events, in the shape Citus runs in one
--- step on the tenant's shard; the library sends it on Citus, tenant by
--- tenant in tenant order, and JobEventEnqueuedMany after it, in one
--- transaction. The probe of the tenant's own job_queue anchors the
--- statement on the tenant's shard, as in JobEnqueue. The clock is a
--- subquery kept apart by OFFSET 0, which Citus evaluates once on the
--- coordinator.
+-- JobEnqueueManyDefinitionsRouted is JobEnqueueMany's definition read for
+-- one tenant's requests on Citus, where JobEnqueueMany runs in steps
+-- through the coordinator: the enabled definitions of @job_types, read FOR
+-- SHARE (a definition change waits until the transaction ends), with their
+-- defaults, in type order; nothing when @idempotent is set outside READ
+-- COMMITTED. The caller resolves each request's settings against its
+-- type's defaults and inserts with JobEnqueueManyRouted (a request of a
+-- missing or disabled type inserts nothing). The probe of the tenant's
+-- own job_queue for @probe_id (a fresh id) anchors the statement on the
+-- tenant's shard, as in JobEnqueueDefinitionRouted: one step there.
+-- name: JobEnqueueManyDefinitionsRouted :many
+SELECT d.job_type, d.default_priority, d.max_attempts, d.default_timeout_seconds
+FROM job_definitions d
+WHERE d.job_type = ANY (@job_types::text[]) AND d.is_enabled
+  AND NOT EXISTS (SELECT 1 FROM job_queue taken
+                  WHERE taken.organization_id = @organization_id::uuid AND taken.id = @probe_id::uuid)
+  AND (NOT @idempotent::bool
+       OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
+ORDER BY d.job_type
+FOR SHARE OF d;
+
+-- JobEnqueueManyRouted inserts one tenant's (@organization_id) requests of
+-- a bulk enqueue on Citus, those JobEnqueueManyDefinitionsRouted allowed,
+-- each with its settings resolved against its definition by the caller
+-- (@priorities, @max_attempts and @timeout_seconds set for every
+-- request), as JobEnqueueMany does without its events: a run time not
+-- set means now() (stage queued; a future time: scheduled), a request
+-- whose key or id is taken inserts nothing (ON CONFLICT DO NOTHING, after
+-- waiting for an uncommitted competitor), and the rows are inserted in
+-- (type, key, position) order. Returns the inserted rows; the library
+-- writes their events with JobEventEnqueuedMany, in one transaction. It
+-- reads no table: Citus evaluates it on the coordinator and sends the
+-- rows to the tenant's shard in one step.
 -- name: JobEnqueueManyRouted :many
-WITH input AS (
-    SELECT i.id,
-           i.ord,
-           (@job_types::text[])[i.ord] AS job_type,
-           (@payloads::jsonb[])[i.ord] AS payload,
-           CASE WHEN (@priority_set::bool[])[i.ord] THEN (@priorities::int[])[i.ord] END AS priority,
-           NULLIF((@max_attempts::int[])[i.ord], 0) AS max_attempts,
-           NULLIF((@timeout_seconds::int[])[i.ord], 0) AS timeout_seconds,
-           CASE WHEN (@run_at_set::bool[])[i.ord] THEN (@next_run_ats::timestamptz[])[i.ord] END AS next_run_at,
-           NULLIF((@idempotency_keys::text[])[i.ord], '') AS idempotency_key,
-           (@enqueue_requests::jsonb[])[i.ord] AS enqueue_request,
-           NULLIF((@execution_resource_keys::text[])[i.ord], '') AS execution_resource_key
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
-),
-inserted AS (
-    INSERT INTO job_queue (
-        id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-        next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key
-    )
-    SELECT input.id,
-           d.job_type,
-           @organization_id::uuid,
-           input.payload,
-           COALESCE(input.priority, d.default_priority),
-           COALESCE(input.max_attempts, d.max_attempts),
-           COALESCE(input.timeout_seconds, d.default_timeout_seconds),
-           COALESCE(input.next_run_at, clock.now),
-           CASE WHEN input.next_run_at > clock.now THEN 'scheduled' ELSE 'queued' END,
-           input.idempotency_key,
-           input.enqueue_request,
-           input.execution_resource_key
-    FROM input
-    JOIN job_definitions d ON d.job_type = input.job_type AND d.is_enabled
-    CROSS JOIN (SELECT now() AS now OFFSET 0) clock
-    WHERE NOT EXISTS (SELECT 1 FROM job_queue taken
-                      WHERE taken.organization_id = @organization_id::uuid AND taken.id = @probe_id::uuid)
-      AND (NOT @idempotent::bool
-           OR lower(current_setting('transaction_isolation')) IN ('read committed', 'read uncommitted'))
-    ORDER BY input.job_type, input.idempotency_key, input.ord
-    FOR SHARE OF d
-    ON CONFLICT DO NOTHING
-    RETURNING *
+INSERT INTO job_queue (
+    id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
+    next_run_at, stage, idempotency_key, enqueue_request, execution_resource_key
 )
-SELECT * FROM inserted;
+SELECT i.id,
+       i.job_types,
+       @organization_id::uuid,
+       i.payloads,
+       (@priorities::int[])[i.ord],
+       (@max_attempts::int[])[i.ord],
+       (@timeout_seconds::int[])[i.ord],
+       CASE WHEN (@run_at_set::bool[])[i.ord] THEN (@next_run_ats::timestamptz[])[i.ord] ELSE now() END,
+       CASE WHEN (@run_at_set::bool[])[i.ord] AND (@next_run_ats::timestamptz[])[i.ord] > now()
+            THEN 'scheduled' ELSE 'queued' END,
+       NULLIF(i.idempotency_keys, ''),
+       i.enqueue_requests,
+       NULLIF(i.execution_resource_keys, '')
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@job_types::text[]), unnest(@payloads::jsonb[]), unnest(@idempotency_keys::text[]), unnest(@enqueue_requests::jsonb[]), unnest(@execution_resource_keys::text[])) WITH ORDINALITY AS i(id, job_types, payloads, idempotency_keys, enqueue_requests, execution_resource_keys, ord)
+ORDER BY i.job_types, NULLIF(i.idempotency_keys, ''), i.ord
+ON CONFLICT DO NOTHING
+RETURNING *;
 
 -- JobEventEnqueuedMany writes the ENQUEUED event of each job
--- JobEnqueueManyRouted inserted (@ids with, at the same position, the
+-- JobEnqueueManyRouted (or JobEnqueueValuesRouted) inserted (@ids with, at the same position, the
 -- stage and type of the row it returned), as JobEnqueueMany's own event.
 -- It reads no table, so Citus sends the rows to the tenant's shard in one
 -- step.
 -- name: JobEventEnqueuedMany :exec
 INSERT INTO job_events (organization_id, job_id, run_number, event_type, stage, payload)
-SELECT @organization_id, e.id, 1, 'ENQUEUED', (@stages::text[])[e.ord],
-       jsonb_build_object('job_type', (@job_types::text[])[e.ord])
-FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
+SELECT @organization_id, e.id, 1, 'ENQUEUED', e.stages,
+       jsonb_build_object('job_type', e.job_types)
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@stages::text[]), unnest(@job_types::text[])) WITH ORDINALITY AS e(id, stages, job_types, ord);
 
 -- JobLockManyByIdempotencyKeyGlobal finds the global scope's jobs holding
 -- the given (type, key) pairs and locks them FOR NO KEY UPDATE, in id
@@ -149,9 +151,9 @@ FROM unnest(@ids::uuid[]) WITH ORDINALITY AS e(id, ord);
 -- reads and locks nothing.
 -- name: JobLockManyByIdempotencyKeyGlobal :many
 WITH input AS (
-    SELECT i.job_type, i.ord, (@idempotency_keys::text[])[i.ord] AS idempotency_key,
-           (@enqueue_requests::jsonb[])[i.ord] AS enqueue_request
-    FROM unnest(@job_types::text[]) WITH ORDINALITY AS i(job_type, ord)
+    SELECT i.job_type, i.ord, i.idempotency_keys AS idempotency_key,
+           i.enqueue_requests AS enqueue_request
+    FROM ROWS FROM (unnest(@job_types::text[]), unnest(@idempotency_keys::text[]), unnest(@enqueue_requests::jsonb[])) WITH ORDINALITY AS i(job_type, idempotency_keys, enqueue_requests, ord)
 )
 SELECT input.ord::int AS ord, sqlc.embed(job_queue),
        (job_queue.enqueue_request = input.enqueue_request)::bool AS same_request
@@ -167,9 +169,9 @@ FOR NO KEY UPDATE OF job_queue;
 -- plan can use uq_job_queue_type_idempotency_org.
 -- name: JobLockManyByIdempotencyKeyOrg :many
 WITH input AS (
-    SELECT i.job_type, i.ord, (@idempotency_keys::text[])[i.ord] AS idempotency_key,
-           (@enqueue_requests::jsonb[])[i.ord] AS enqueue_request
-    FROM unnest(@job_types::text[]) WITH ORDINALITY AS i(job_type, ord)
+    SELECT i.job_type, i.ord, i.idempotency_keys AS idempotency_key,
+           i.enqueue_requests AS enqueue_request
+    FROM ROWS FROM (unnest(@job_types::text[]), unnest(@idempotency_keys::text[]), unnest(@enqueue_requests::jsonb[])) WITH ORDINALITY AS i(job_type, idempotency_keys, enqueue_requests, ord)
 )
 SELECT input.ord::int AS ord, sqlc.embed(job_queue),
        (job_queue.enqueue_request = input.enqueue_request)::bool AS same_request
@@ -186,8 +188,8 @@ FOR NO KEY UPDATE OF job_queue;
 -- same_request as in JobLockForEnqueueByID. Only under READ COMMITTED.
 -- name: JobLockManyForEnqueueByID :many
 WITH input AS (
-    SELECT i.id, i.ord, (@enqueue_requests::jsonb[])[i.ord] AS enqueue_request
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    SELECT i.id, i.ord, i.enqueue_requests AS enqueue_request
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@enqueue_requests::jsonb[])) WITH ORDINALITY AS i(id, enqueue_requests, ord)
 )
 SELECT input.ord::int AS ord, sqlc.embed(job_queue),
        (job_queue.enqueue_request IS NOT DISTINCT FROM input.enqueue_request)::bool AS same_request

@@ -78,7 +78,11 @@ requeued AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM target, clock
+    -- The job named by its whole key, not only through target: joined by
+    -- id alone, a tenant the statistics did not know was read whole
+    -- through the key's tenant prefix (TestHotPlansStayBounded).
     WHERE job_queue.organization_id = @organization_id
+      AND job_queue.id = @id
       AND job_queue.id = target.id
     RETURNING job_queue.*
 ),
@@ -205,7 +209,11 @@ requeued AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM target, clock
-    WHERE job_queue.organization_id = @organization_id
+    -- Restricted by the locked rows alone, as in JobCompleteMany: with the
+    -- tenant given as the parameter, a tenant the statistics did not know
+    -- was read whole through the key's tenant prefix and each of its jobs
+    -- paired with every locked row (TestHotPlansStayBounded).
+    WHERE job_queue.organization_id = target.organization_id
       AND job_queue.id = target.id
     RETURNING job_queue.id, job_queue.run_number, job_queue.status, job_queue.job_type
 ),
@@ -240,9 +248,9 @@ FROM requeued;
 -- the arrays' length.)
 -- name: JobGetForBulkRequeueClassification :many
 WITH input AS (
-    SELECT i.id, (@expected_statuses::text[])[i.ord] AS expected_status,
+    SELECT i.id, i.expected_statuses AS expected_status,
            (@expected_run_numbers::int[])[i.ord] AS expected_run_number, i.ord
-    FROM unnest(@ids::uuid[]) WITH ORDINALITY AS i(id, ord)
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@expected_statuses::text[])) WITH ORDINALITY AS i(id, expected_statuses, ord)
 ),
 probed AS MATERIALIZED (
     SELECT input.id, input.ord,
@@ -329,7 +337,7 @@ SELECT count(*) FROM (
 -- its requeue history (each event's run is the run that was requeued, its
 -- payload the reason and state policy). No lock. (Here and in the probes
 -- above the event type is compared as text, so that the plan reads the
--- job's own events, idx_job_events_job_run_id, never the index of every
+-- job's own events, a range of job_events' key, never the index of every
 -- event of that type.)
 -- name: JobEventListRequeuedForJob :many
 SELECT sqlc.embed(job_events)

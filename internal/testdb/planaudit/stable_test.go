@@ -33,14 +33,16 @@ import (
 // beside it are each larger than maxRowsRead, so a plan that reads any of
 // them whole cannot pass.
 const (
-	staleQueueJobs   = 100_000
-	staleLeasedJobs  = 10_000
-	maxRowsRead      = 3_000
-	historyEnv       = "RUNLEDGER_PLANAUDIT_HISTORY"
-	defaultHistory   = 200_000
-	shortHistory     = 20_000
-	prunedOfHistory  = 1_000
-	auditedTenantHex = "00000000-0000-4000-8000-00000000a0d1"
+	staleQueueJobs    = 100_000
+	staleLeasedJobs   = 10_000
+	maxRowsRead       = 3_000
+	historyEnv        = "RUNLEDGER_PLANAUDIT_HISTORY"
+	defaultHistory    = 200_000
+	shortHistory      = 20_000
+	prunedOfHistory   = 1_000
+	auditedTenantHex  = "00000000-0000-4000-8000-00000000a0d1"
+	newcomerTenantHex = "00000000-0000-4000-8000-00000000a0d2"
+	newcomerJobs      = 10_000
 )
 
 // TestHotPlansStayBounded runs every hot operation of the ledger through
@@ -48,7 +50,8 @@ const (
 // reporting each statement's executed plan (EXPLAIN ANALYZE, nested
 // statements such as foreign-key checks included), and fails when any
 // statement read more than maxRowsRead rows of any table: rows returned by
-// its scans plus rows its filters removed, times loops. It does so twice:
+// its scans plus rows its filters removed, times loops. It does so three
+// times, the first two with custom and with generic plans:
 //
 //   - under stale statistics: ANALYZE ran on the empty tables, then
 //     100,000 jobs of one tenant were enqueued in bulk and 10,000 of them
@@ -56,8 +59,11 @@ const (
 //     tables are empty (the hazard that once made every completion read
 //     each LEASED row of the tenant);
 //   - beside a history of finished jobs (RUNLEDGER_PLANAUDIT_HISTORY,
-//     default 200,000; 20,000 with -short), freshly analyzed, where the
-//     prune's batches and the stats must not read the history either.
+//     default 200,000; 20,000 with -short), one in twenty replayed (its
+//     lineage row kept), freshly analyzed, where the prune's batches and
+//     the stats must not read the history either;
+//   - for a second tenant whose jobs arrived after the last ANALYZE, so
+//     that the planner takes it for a tenant of no rows.
 //
 // Stats count the live queue by design (TestStatsCostFollowsLiveQueue), so
 // they are audited only against the history.
@@ -83,7 +89,11 @@ func TestHotPlansStayBounded(t *testing.T) {
 	url := testdb.NewURL(t)
 	setup := testdb.OpenPool(t, url, 4, nil)
 	rec := &planRecorder{}
-	audited := explainedPool(t, ctx, url, rec)
+	audited := explainedPool(t, ctx, url, rec, false)
+	// A worker runs the same statements for hours on one connection, so
+	// it gets the generic plan of each (pgx prepares them, and after five
+	// runs the server may keep a plan made without the parameters' values).
+	generic := explainedPool(t, ctx, url, rec, true)
 
 	// Statistics of the empty tables, kept: autovacuum would analyze the
 	// tables after the insert and hide the hazard.
@@ -113,6 +123,9 @@ func TestHotPlansStayBounded(t *testing.T) {
 	rec.start()
 	runHotOperations(t, ctx, audited, tenant, jobType, "stale")
 	checkPlans(t, rec.stop(), "stale statistics", nil)
+	rec.start()
+	runHotOperations(t, ctx, generic, tenant, jobType, "stale-generic")
+	checkPlans(t, rec.stop(), "stale statistics, generic plans", nil)
 
 	// The history: finished jobs of the same tenant with their events,
 	// finished a month and more ago (the oldest prunedOfHistory of them
@@ -134,13 +147,23 @@ func TestHotPlansStayBounded(t *testing.T) {
 		 FROM job_queue
 		 CROSS JOIN (VALUES (NULL::int, 'ENQUEUED'), (1, 'LEASED'), (1, 'SUCCEEDED')) AS e(attempt, type)
 		 WHERE finished_at < $1`,
+		// Lineage in the history too: one job in twenty was replayed (its
+		// replay the job that finished next before it), so that the
+		// statistics know job_replays as the large table it becomes, and
+		// the prune's walk of each family reads its index.
+		`WITH h AS (SELECT organization_id, id, row_number() OVER (ORDER BY finished_at DESC, id) AS n
+		           FROM job_queue WHERE finished_at < $1)
+		 INSERT INTO job_replays (organization_id, source_job_id, source_run_number, replay_request_key, replay_job_id, reason)
+		 SELECT s.organization_id, s.id, 1, 'history-' || s.n, r.id, 'history'
+		 FROM h s JOIN h r ON r.n = s.n + 1
+		 WHERE s.n % 20 = 1`,
 		`VACUUM ANALYZE`,
 	} {
 		var args []any
 		switch {
 		case strings.HasPrefix(strings.TrimSpace(stmt), "INSERT INTO job_queue"):
 			args = []any{jobType, tenant.OrganizationIDPtr(), base, history}
-		case strings.HasPrefix(strings.TrimSpace(stmt), "INSERT INTO job_events"):
+		case strings.HasPrefix(strings.TrimSpace(stmt), "INSERT INTO job_events"), strings.HasPrefix(strings.TrimSpace(stmt), "WITH h AS"):
 			args = []any{base}
 		}
 		if _, err := setup.Exec(ctx, stmt, args...); err != nil {
@@ -148,6 +171,9 @@ func TestHotPlansStayBounded(t *testing.T) {
 		}
 	}
 
+	rec.start()
+	runHotOperations(t, ctx, generic, tenant, jobType, "history-generic")
+	checkPlans(t, rec.stop(), fmt.Sprintf("a history of %d finished jobs, generic plans", history), nil)
 	rec.start()
 	runHotOperations(t, ctx, audited, tenant, jobType, "history")
 	if _, err := health.GetStats(ctx, audited, health.StatsRequest{Scope: &tenant, Window: time.Hour}); err != nil {
@@ -162,6 +188,26 @@ func TestHotPlansStayBounded(t *testing.T) {
 		t.Fatalf("the prune deleted %d jobs, want about %d: the audit would not have seen its batches", pruned.DeletedJobs, prunedOfHistory)
 	}
 	checkPlans(t, rec.stop(), fmt.Sprintf("a history of %d finished jobs", history), []string{"stats"})
+
+	// A tenant the statistics do not know: its jobs and events arrive
+	// after the last ANALYZE, so the planner takes it for a tenant of no
+	// rows, and a join with a batch may then read the whole tenant
+	// through job_queue's key prefix.
+	newcomer := runledger.Organization(uuid.MustParse(newcomerTenantHex))
+	// Its type's jobs come before the audited tenant's backlog in the
+	// claim order, so that the claims of runHotOperations take them.
+	const newcomerType = "audit-newcomer"
+	if _, err := jobs.UpsertDefinition(ctx, setup, jobs.DefinitionInput{JobType: newcomerType, MaxAttempts: testdb.Ptr(int32(3)),
+		Priority: testdb.Ptr(int32(1000))}); err != nil {
+		t.Fatal(err)
+	}
+	enqueueBulk(t, ctx, setup, newcomer, newcomerType, newcomerJobs)
+	rec.start()
+	runHotOperations(t, ctx, audited, newcomer, newcomerType, "newcomer")
+	checkPlans(t, rec.stop(), fmt.Sprintf("a tenant of %d jobs the statistics do not know", newcomerJobs), nil)
+	rec.start()
+	runHotOperations(t, ctx, generic, newcomer, newcomerType, "newcomer-generic")
+	checkPlans(t, rec.stop(), fmt.Sprintf("a tenant of %d jobs the statistics do not know, generic plans", newcomerJobs), nil)
 }
 
 // enqueueBulk enqueues n jobs of jobType in tenant, in the largest batches
@@ -190,9 +236,9 @@ func enqueueBulk(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tenant r
 // runHotOperations drives every hot operation once through pool, a
 // worker's batch where the worker batches: enqueue (single and bulk),
 // claim, heartbeat, complete, fail with a retry and to the dead letter,
-// release, cancel, recovery of expired leases, replay of a succeeded job,
-// and requeue of a dead-lettered one. Listings are not on the hot path:
-// TestPlans audits them.
+// release, cancel, recovery of expired leases, replay of succeeded jobs
+// and requeue of dead-lettered ones (one, then a list of each). Listings
+// are not on the hot path: TestPlans audits them.
 func runHotOperations(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tenant runledger.Scope, jobType, round string) {
 	t.Helper()
 	if _, err := jobs.Enqueue(ctx, pool, jobs.EnqueueRequest{Scope: tenant, JobType: jobType, IdempotencyKey: "key-" + round}); err != nil {
@@ -200,7 +246,8 @@ func runHotOperations(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ten
 	}
 	enqueueBulk(t, ctx, pool, tenant, jobType, 200)
 
-	claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "audited-" + round, Limit: 200, Lease: time.Hour})
+	// The claim names its type, as a worker claims its registered types.
+	claimed, err := lease.Claim(ctx, pool, lease.ClaimRequest{WorkerID: "audited-" + round, JobTypes: []string{jobType}, Limit: 200, Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +313,18 @@ func runHotOperations(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ten
 	if _, ok := out.(replay.Replayed); !ok {
 		t.Fatalf("replay: %#v, want Replayed", out)
 	}
+	var replaySources []replay.Source
+	for _, c := range completes[1:11] {
+		replaySources = append(replaySources, replay.Source{JobID: c.JobID, ExpectedRunNumber: c.RunNumber})
+	}
+	replayed, err := replay.Bulk(ctx, pool, replay.BulkRequest{Scope: tenant, Key: "audit-bulk-" + round, Reason: "audit",
+		Sources: replaySources}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed.Inserted != len(replaySources) {
+		t.Fatalf("bulk replay: %+v, want %d inserted", replayed, len(replaySources))
+	}
 	deadJob, err := inspect.Get(ctx, pool, tenant, dead[0].JobID)
 	if err != nil {
 		t.Fatal(err)
@@ -276,6 +335,26 @@ func runHotOperations(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ten
 	}
 	if _, err := requeue.Job(ctx, pool, req); err != nil {
 		t.Fatal(err)
+	}
+	// The same request again finds its own requeue: the statement's second
+	// branch reads the job's events for the run it requeued.
+	again, err := requeue.Job(ctx, pool, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := again.(requeue.Requeued); !ok || r.Disposition != runledger.DispositionExisting {
+		t.Fatalf("requeue again: %#v, want Requeued, existing", again)
+	}
+	var sources []requeue.Source
+	for _, f := range dead[1:] {
+		sources = append(sources, requeue.Source{JobID: f.JobID, ExpectedStatus: requeue.DeadLettered, ExpectedRunNumber: f.RunNumber})
+	}
+	summary, err := requeue.Bulk(ctx, pool, requeue.BulkRequest{Scope: tenant, Reason: "audit", Sources: sources}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if summary.Requeued != len(sources) {
+		t.Fatalf("bulk requeue: %+v, want %d requeued", summary, len(sources))
 	}
 }
 
@@ -293,8 +372,9 @@ func mustAll[T any](t *testing.T, results []lease.Result[T], err error) {
 
 // explainedPool opens a one-connection pool on url whose session reports
 // the executed plan of every statement, nested ones included, as a NOTICE
-// that rec keeps while recording.
-func explainedPool(t *testing.T, ctx context.Context, url string, rec *planRecorder) *pgxpool.Pool {
+// that rec keeps while recording; with generic, every statement is
+// planned without its parameters' values (plan_cache_mode).
+func explainedPool(t *testing.T, ctx context.Context, url string, rec *planRecorder, generic bool) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -311,6 +391,7 @@ func explainedPool(t *testing.T, ctx context.Context, url string, rec *planRecor
 			`SET auto_explain.log_nested_statements = on`,
 			`SET auto_explain.log_format = json`,
 			`SET auto_explain.log_level = notice`,
+			map[bool]string{true: `SET plan_cache_mode = force_generic_plan`, false: `SET plan_cache_mode = auto`}[generic],
 		} {
 			if _, err := conn.Exec(ctx, s); err != nil {
 				return fmt.Errorf("%s: %w", s, err)
@@ -363,18 +444,29 @@ type executedNode struct {
 	NodeType       string         `json:"Node Type"`
 	Relation       string         `json:"Relation Name"`
 	Index          string         `json:"Index Name"`
+	CTE            string         `json:"CTE Name"`
 	ActualRows     float64        `json:"Actual Rows"`
 	ActualLoops    float64        `json:"Actual Loops"`
 	RemovedFilter  float64        `json:"Rows Removed by Filter"`
 	RemovedRecheck float64        `json:"Rows Removed by Index Recheck"`
+	RemovedJoin    float64        `json:"Rows Removed by Join Filter"`
 	Plans          []executedNode `json:"Plans"`
 }
 
-// rowsRead is how many rows of each relation the plan's scans read.
+// rowsRead is how many rows of each relation the plan's scans read. A
+// CTE read again for every row of a join counts as rows read of the CTE
+// (its name), and the pairs a join's filter refused count as rows read of
+// "join filter": a nested loop that pairs every row of a batch with every
+// other (a join misestimated at one row) reads no table in proportion to
+// the queue, but does work in proportion to the batch squared.
 func (n executedNode) rowsRead(into map[string]float64) {
 	if n.Relation != "" {
 		into[n.Relation] += (n.ActualRows + n.RemovedFilter + n.RemovedRecheck) * n.ActualLoops
 	}
+	if n.CTE != "" {
+		into["CTE "+n.CTE] += (n.ActualRows + n.RemovedFilter) * n.ActualLoops
+	}
+	into["join filter"] += n.RemovedJoin * n.ActualLoops
 	for _, c := range n.Plans {
 		c.rowsRead(into)
 	}
