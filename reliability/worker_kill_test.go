@@ -36,13 +36,19 @@ func secondWorker(t *testing.T, e *env, id string, lease, recovery time.Duration
 // TestWorkerProcessKilledMidJob kills a worker process (SIGKILL) while its
 // handlers run: four jobs of three attempts and two of one attempt are
 // mid-handler (each has written its side effect and blocks), four quick
-// jobs are done. A second worker with a short lease and recovery interval
+// jobs are done. A second worker that recovers expired leases every 100 ms
 // then takes over. Every job ends terminal: the blocked jobs with attempts
 // left SUCCEEDED at attempt 2 by the second worker, the one-attempt jobs
 // DEAD_LETTERED by the recovery (LEASE_EXPIRED), the quick ones as the
 // killed worker left them; none stays LEASED; no attempt has two
 // SUCCEEDED events or two side effects, and the killed worker completed
 // nothing after its attempt was taken back.
+//
+// The child's lease is 2 s on one server and 6 s on Citus, the second
+// worker's 5 s: on a loaded Citus cluster a distributed heartbeat or
+// completion outlasted 2 s, so the child lost its quick jobs' leases before
+// the kill, and a one-second lease ran out between the second worker's
+// claim and its completion.
 func TestWorkerProcessKilledMidJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("worker process test: skipped under -short")
@@ -55,7 +61,10 @@ func TestWorkerProcessKilledMidJob(t *testing.T) {
 	last := enqueueN(t, e.admin, typeBlockLast, 2)
 	quick := enqueueN(t, e.admin, typeQuick, 4)
 
-	const childLease = 2 * time.Second
+	childLease := 2 * time.Second
+	if testdb.Citus() {
+		childLease = 6 * time.Second
+	}
 	child := startWorkerChild(t, e.url, childConfig{Lease: childLease, Concurrency: 16})
 	cid := child.cfg.WorkerID
 	e.waitFor("the child to start every blocking job and finish every quick one", func() bool {
@@ -76,7 +85,7 @@ func TestWorkerProcessKilledMidJob(t *testing.T) {
 	})
 
 	const recovery = 100 * time.Millisecond
-	second := secondWorker(t, e, "second", time.Second, recovery)
+	second := secondWorker(t, e, "second", 5*time.Second, recovery)
 	e.waitFor("every job to end terminal", func() bool {
 		return countWhere(t, e.admin, `status NOT IN ('SUCCEEDED', 'DEAD_LETTERED')`) == 0
 	})
